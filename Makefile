@@ -1,0 +1,35 @@
+# Two entry points: `make demo` (main job) and `make test` (the suite). Both bootstrap idempotently.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.dlcb-installed
+
+.PHONY: demo test test-slow setup dot clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[viz,dev]'
+	touch $(STAMP)
+
+dot:
+	@command -v dot >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq graphviz >/dev/null; \
+	  else echo "graphviz 'dot' missing: install Debian's graphviz (needs root) for diagrams"; fi; }
+
+setup: $(STAMP) dot
+
+demo: setup
+	$(PY) -m dlcb_lab.demo
+
+test: setup
+	$(PY) -m pytest -q -n 2 tests
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow tests
+
+clean:
+	rm -rf $(VENV)

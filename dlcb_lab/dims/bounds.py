@@ -1,0 +1,96 @@
+"""Range reasoning over coordinate variables, used to drop provably-trivial ``//`` and ``%``.
+
+A ``Bounds`` maps coordinate variable names to their exclusive upper bound (an expression over
+runtime dims); every variable is ``>= 0``. Variables without a bound are runtime dims: fixed,
+non-negative symbols. ``upper``/``lower`` give symbolic inclusive extremes over the coordinates;
+``nonneg`` proves a polynomial non-negative when its constant and every coefficient are (atoms are
+non-negative). Proofs are sound, not complete: an unprovable fact simply keeps the operation.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .expr import Expr, FloorDiv, Lit, Mod, Prod, Shape, Sum, Var, lit, prod
+
+Bounds = Mapping[str, Expr]
+
+
+def nonneg(e: Expr) -> bool:
+    if isinstance(e, Lit):
+        return e.value >= 0
+    if isinstance(e, Sum):
+        return e.const >= 0 and all(c > 0 for _, c in e.terms)
+    return True  # atoms and products of atoms are non-negative
+
+
+def _extreme(e: Expr, b: Bounds, hi: bool) -> Expr | None:
+    if not (e.free_vars & b.keys()):
+        return e
+    if isinstance(e, Var):
+        return b[e.name] - 1 if hi else lit(0)
+    if isinstance(e, Prod):
+        parts = [_extreme(f, b, hi) for f in e.factors]
+        return None if any(p is None for p in parts) else prod(parts)
+    if isinstance(e, Sum):
+        out: Expr = lit(e.const)
+        for m, c in e.terms:
+            x = _extreme(m, b, hi if c > 0 else not hi)
+            if x is None:
+                return None
+            out = out + x * c
+        return out
+    if isinstance(e, FloorDiv) and not (e.den.free_vars & b.keys()):
+        x = _extreme(e.num, b, hi)
+        return None if x is None else x // e.den
+    if isinstance(e, Mod) and not (e.den.free_vars & b.keys()):
+        return e.den - 1 if hi else lit(0)
+    return None
+
+
+def upper(e: Expr, b: Bounds) -> Expr | None:
+    """Inclusive symbolic maximum of ``e`` over the bounded variables (None if unknown)."""
+    return _extreme(e, b, True)
+
+
+def lower(e: Expr, b: Bounds) -> Expr | None:
+    """Inclusive symbolic minimum of ``e`` over the bounded variables (None if unknown)."""
+    return _extreme(e, b, False)
+
+
+def in_range(e: Expr, den: Expr, b: Bounds) -> bool:
+    """Prove ``0 <= e < den``."""
+    lo, hi = lower(e, b), upper(e, b)
+    return lo is not None and hi is not None and nonneg(lo) and nonneg(den - 1 - hi)
+
+
+def simplify(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
+    """``e`` with every ``x // d`` and ``x % d`` that bounds make trivial removed (0 and x)."""
+    memo = {} if memo is None else memo
+    done = memo.get(e)
+    if done is not None:
+        return done
+    if isinstance(e, (Lit, Var)):
+        out = e
+    elif isinstance(e, Prod):
+        out = prod(simplify(f, b, memo) for f in e.factors)
+    elif isinstance(e, Sum):
+        out = lit(e.const)
+        for m, c in e.terms:
+            out = out + simplify(m, b, memo) * c
+    elif isinstance(e, (FloorDiv, Mod)):
+        num, den = simplify(e.num, b, memo), simplify(e.den, b, memo)
+        if in_range(num, den, b):
+            out = lit(0) if isinstance(e, FloorDiv) else num
+        else:
+            out = num // den if isinstance(e, FloorDiv) else num % den
+            if out is not e and isinstance(out, (Sum, FloorDiv, Mod)):
+                out = simplify(out, b, memo)
+    elif isinstance(e, Shape):
+        from .expr import shape
+
+        out = shape(simplify(x, b, memo) for x in e.items)
+    else:  # pragma: no cover
+        raise TypeError(type(e))
+    memo[e] = out
+    return out

@@ -1,0 +1,605 @@
+"""Interned dimension expressions (paper §3).
+
+Semantics: every expression denotes an integer. Dimensions and coordinates are non-negative; ``//``
+is floor division and ``%`` is the non-negative remainder, both for positive divisors.
+
+Canonical form. Arithmetic is kept as a polynomial over *atoms* with integer coefficients:
+
+    Sum(const, ((m1, c1), (m2, c2), ...))       const + c1*m1 + c2*m2 + ...
+
+where each monomial ``mi`` is an atom (``Var``, ``FloorDiv``, ``Mod``) or a ``Prod`` of atoms
+(a sorted tuple with repetition), terms are sorted by a structural key, coefficients are non-zero
+and constants are folded. A polynomial that is a bare literal, atom or product is never wrapped in
+a ``Sum``. ``FloorDiv``/``Mod`` split their numerator on construction:
+``(q*d + r) // d -> q + r // d`` and ``(q*d + r) % d -> r % d`` (exact for integer ``q``, ``r``).
+
+Interning. Every node is built through ``_intern``: the same structure is the same object, so ``is``
+is structural equality, ``hash`` is content-derived and cached, and memo tables keyed on nodes are
+exact. ``==`` on nodes is identity; use ``Eq``/constraints for equations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Mapping, Union
+
+__all__ = [
+    "Expr", "Lit", "Var", "Prod", "Sum", "FloorDiv", "Mod", "Shape",
+    "lit", "var", "as_expr", "shape", "prod", "ExprLike",
+]
+
+ExprLike = Union["Expr", int]
+
+_TABLE: dict[tuple, "Expr"] = {}
+
+
+def _intern(cls: type, key: tuple, init: Callable[["Expr"], None]) -> "Expr":
+    full = (cls, key)
+    node = _TABLE.get(full)
+    if node is None:
+        node = object.__new__(cls)
+        node._key = key
+        node._hash = hash(full)
+        init(node)
+        _TABLE[full] = node
+    return node
+
+
+class Expr:
+    """Base of all dimension-expression nodes. Immutable and interned (see module docstring)."""
+
+    __slots__ = ("_key", "_hash", "_free", "_sort", "__weakref__")
+    _order = 0
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return (_rebuild, (type(self).__name__, self._rebuild_args()))
+
+    # --- structure ---------------------------------------------------------------------------
+    @property
+    def free_vars(self) -> frozenset[str]:
+        """Names of the variables this expression depends on."""
+        return self._free
+
+    @property
+    def sort_key(self) -> tuple:
+        return self._sort
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+    def is_lit(self, value: int | None = None) -> bool:
+        return False
+
+    # --- arithmetic (builds canonical nodes) ---------------------------------------------------
+    def __add__(self, other: ExprLike) -> "Expr":
+        return _poly_to_expr(_poly_add(_as_poly(self), _as_poly(as_expr(other))))
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "Expr":
+        return self * -1
+
+    def __sub__(self, other: ExprLike) -> "Expr":
+        return self + (-as_expr(other))
+
+    def __rsub__(self, other: ExprLike) -> "Expr":
+        return as_expr(other) + (-self)
+
+    def __mul__(self, other: ExprLike) -> "Expr":
+        return _poly_to_expr(_poly_mul(_as_poly(self), _as_poly(as_expr(other))))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: ExprLike) -> "Expr":
+        return FloorDiv.make(self, as_expr(other))
+
+    def __rfloordiv__(self, other: ExprLike) -> "Expr":
+        return FloorDiv.make(as_expr(other), self)
+
+    def __mod__(self, other: ExprLike) -> "Expr":
+        return Mod.make(self, as_expr(other))
+
+    def __rmod__(self, other: ExprLike) -> "Expr":
+        return Mod.make(as_expr(other), self)
+
+    # --- evaluation and conversion -----------------------------------------------------------
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        """Concrete value under ``env`` (variable name -> int). Raises KeyError on a free name."""
+        raise NotImplementedError
+
+    def subs(self, mapping: Mapping["Expr", "Expr"]) -> "Expr":
+        """Replace sub-expressions (usually ``Var``s) by expressions; result is canonical."""
+        if not mapping:
+            return self
+        return _subs(self, mapping, {})
+
+    def to_sympy(self):
+        """A sympy expression with the same value (for printing and testing, never for solving)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.pretty()
+
+    def pretty(self, prec: int = 0) -> str:
+        raise NotImplementedError
+
+    def _rebuild_args(self) -> tuple:
+        raise NotImplementedError
+
+
+def _rebuild(kind: str, args: tuple) -> Expr:
+    return {"Lit": lit, "Var": lambda n, r: var(n, r), "Prod": lambda fs: prod(fs),
+            "Sum": lambda c, ts: _poly_to_expr((c, dict(ts))),
+            "FloorDiv": FloorDiv.make, "Mod": Mod.make, "Shape": lambda xs: shape(xs)}[kind](*args)
+
+
+class Lit(Expr):
+    """An integer literal."""
+
+    __slots__ = ("value",)
+    _order = 0
+
+    def evaluate(self, env):
+        return self.value
+
+    def is_lit(self, value=None):
+        return value is None or self.value == value
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.Integer(self.value)
+
+    def pretty(self, prec=0):
+        s = str(self.value)
+        return f"({s})" if self.value < 0 and prec > 0 else s
+
+    def _rebuild_args(self):
+        return (self.value,)
+
+
+def lit(value: int) -> Lit:
+    value = int(value)
+
+    def init(n):
+        n.value = value
+        n._free = frozenset()
+        n._sort = (0, value)
+
+    return _intern(Lit, (value,), init)
+
+
+class Var(Expr):
+    """A named dimension or coordinate variable.
+
+    ``rank`` orders variables for elimination: the solver substitutes away the variable of lowest
+    rank first, the newest (highest ``serial``) among equals (0: internal/derived, e.g. a reshape's
+    ``-1``; 1: user-named input dims; 2: coordinate and loop variables, never eliminated). A name
+    denotes one variable per process: asking for it again with another rank is an error.
+    """
+
+    __slots__ = ("name", "rank", "serial")
+    _order = 1
+
+    def evaluate(self, env):
+        return env[self.name]
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.Symbol(self.name, integer=True, nonnegative=True)
+
+    def pretty(self, prec=0):
+        return self.name
+
+    def _rebuild_args(self):
+        return (self.name, self.rank)
+
+
+def var(name: str, rank: int = 1) -> Var:
+    def init(n):
+        n.name = name
+        n.rank = rank
+        n.serial = len(_TABLE)
+        n._free = frozenset((name,))
+        n._sort = (1, name)
+
+    node = _intern(Var, (name,), init)
+    if node.rank != rank:
+        raise ValueError(f"variable {name!r} already exists with rank {node.rank}, not {rank}")
+    return node
+
+
+class Prod(Expr):
+    """A product of two or more atoms (sorted, with repetition); coefficient-free."""
+
+    __slots__ = ("factors",)
+    _order = 2
+
+    def children(self):
+        return self.factors
+
+    def evaluate(self, env):
+        r = 1
+        for f in self.factors:
+            r *= f.evaluate(env)
+        return r
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.Mul(*(f.to_sympy() for f in self.factors))
+
+    def pretty(self, prec=0):
+        s = "*".join(f.pretty(2) for f in self.factors)
+        return f"({s})" if prec > 2 else s
+
+    def _rebuild_args(self):
+        return (self.factors,)
+
+
+def _make_prod(factors: tuple[Expr, ...]) -> Expr:
+    if len(factors) == 1:
+        return factors[0]
+    factors = tuple(sorted(factors, key=_key_of))
+
+    def init(n):
+        n.factors = factors
+        n._free = frozenset().union(*(f._free for f in factors))
+        n._sort = (2, tuple(f._sort for f in factors))
+
+    return _intern(Prod, factors, init)
+
+
+def prod(items: Iterable[ExprLike]) -> Expr:
+    """Product of expressions (1 for none)."""
+    r: Expr = lit(1)
+    for x in items:
+        r = r * x
+    return r
+
+
+class Sum(Expr):
+    """``const + sum(coeff * monomial)``, the canonical polynomial (see module docstring)."""
+
+    __slots__ = ("const", "terms")
+    _order = 3
+
+    def children(self):
+        return tuple(m for m, _ in self.terms)
+
+    def evaluate(self, env):
+        r = self.const
+        for m, c in self.terms:
+            r += c * m.evaluate(env)
+        return r
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.Add(sympy.Integer(self.const), *(c * m.to_sympy() for m, c in self.terms))
+
+    def pretty(self, prec=0):
+        parts = []
+        for m, c in self.terms:
+            body = m.pretty(2)
+            if c == 1:
+                s = body
+            elif c == -1:
+                s = "-" + body
+            else:
+                s = f"{c}*{body}"
+            parts.append(s)
+        if self.const:
+            parts.append(str(self.const))
+        s = parts[0]
+        for p in parts[1:]:
+            s += f" - {p[1:]}" if p.startswith("-") else f" + {p}"
+        return f"({s})" if (prec > 0 and len(parts) > 1) or prec > 2 or (prec > 1 and parts[0].startswith("-")) else s
+
+    def _rebuild_args(self):
+        return (self.const, self.terms)
+
+
+class FloorDiv(Expr):
+    """``num // den`` (floor division; ``den > 0``)."""
+
+    __slots__ = ("num", "den")
+    _order = 4
+
+    def children(self):
+        return (self.num, self.den)
+
+    def evaluate(self, env):
+        d = self.den.evaluate(env)
+        if d <= 0:
+            raise ZeroDivisionError(f"{self!r}: divisor {self.den!r} = {d} is not positive")
+        return self.num.evaluate(env) // d
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.floor(self.num.to_sympy() / self.den.to_sympy())
+
+    def pretty(self, prec=0):
+        s = f"{self.num.pretty(3)} // {self.den.pretty(3)}"
+        return f"({s})" if prec > 1 else s
+
+    def _rebuild_args(self):
+        return (self.num, self.den)
+
+    @staticmethod
+    def make(num: Expr, den: Expr) -> Expr:
+        return _divmod(num, den, FloorDiv)
+
+
+class Mod(Expr):
+    """``num % den`` (non-negative remainder; ``den > 0``)."""
+
+    __slots__ = ("num", "den")
+    _order = 5
+
+    def children(self):
+        return (self.num, self.den)
+
+    def evaluate(self, env):
+        d = self.den.evaluate(env)
+        if d <= 0:
+            raise ZeroDivisionError(f"{self!r}: divisor {self.den!r} = {d} is not positive")
+        return self.num.evaluate(env) % d
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.Mod(self.num.to_sympy(), self.den.to_sympy())
+
+    def pretty(self, prec=0):
+        s = f"{self.num.pretty(3)} % {self.den.pretty(3)}"
+        return f"({s})" if prec > 1 else s
+
+    def _rebuild_args(self):
+        return (self.num, self.den)
+
+    @staticmethod
+    def make(num: Expr, den: Expr) -> Expr:
+        return _divmod(num, den, Mod)
+
+
+class Shape(Expr):
+    """An ordered list of dimension expressions (a tensor shape). Not arithmetic."""
+
+    __slots__ = ("items",)
+    _order = 6
+
+    def children(self):
+        return self.items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def evaluate(self, env):
+        return tuple(x.evaluate(env) for x in self.items)
+
+    def to_sympy(self):
+        import sympy
+
+        return sympy.Tuple(*(x.to_sympy() for x in self.items))
+
+    def pretty(self, prec=0):
+        return "[" + ", ".join(x.pretty() for x in self.items) + "]"
+
+    def _rebuild_args(self):
+        return (self.items,)
+
+    def numel(self) -> Expr:
+        return prod(self.items)
+
+
+def shape(items: Iterable[ExprLike]) -> Shape:
+    items = tuple(as_expr(x) for x in items)
+
+    def init(n):
+        n.items = items
+        n._free = frozenset().union(*(x._free for x in items)) if items else frozenset()
+        n._sort = (6, tuple(x._sort for x in items))
+
+    return _intern(Shape, items, init)
+
+
+def as_expr(x: ExprLike) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool) or not isinstance(x, int):
+        try:
+            import operator
+
+            x = operator.index(x)
+        except TypeError:
+            raise TypeError(f"not a dimension expression: {x!r}") from None
+    return lit(x)
+
+
+def _key_of(e: Expr) -> tuple:
+    return e._sort
+
+
+# --- polynomial arithmetic ---------------------------------------------------------------------
+# A polynomial is (const, {monomial: coeff}); a monomial is an atom or a Prod.
+
+Poly = tuple[int, dict]
+
+
+def _as_poly(e: Expr) -> Poly:
+    if isinstance(e, Lit):
+        return e.value, {}
+    if isinstance(e, Sum):
+        return e.const, dict(e.terms)
+    if isinstance(e, Shape):
+        raise TypeError(f"arithmetic on a shape list {e!r}")
+    return 0, {e: 1}
+
+
+def _poly_add(a: Poly, b: Poly) -> Poly:
+    terms = dict(a[1])
+    for m, c in b[1].items():
+        terms[m] = terms.get(m, 0) + c
+    return a[0] + b[0], terms
+
+
+def _factors(m: Expr) -> tuple[Expr, ...]:
+    return m.factors if isinstance(m, Prod) else (m,)
+
+
+def _poly_mul(a: Poly, b: Poly) -> Poly:
+    const = a[0] * b[0]
+    terms: dict = {}
+
+    def put(m, c):
+        terms[m] = terms.get(m, 0) + c
+
+    for m, c in a[1].items():
+        if b[0]:
+            put(m, c * b[0])
+    for m, c in b[1].items():
+        if a[0]:
+            put(m, c * a[0])
+    for m1, c1 in a[1].items():
+        for m2, c2 in b[1].items():
+            put(_make_prod(_factors(m1) + _factors(m2)), c1 * c2)
+    return const, terms
+
+
+def _poly_to_expr(p: Poly) -> Expr:
+    const, terms = p
+    items = tuple(sorted(((m, c) for m, c in terms.items() if c), key=lambda mc: _key_of(mc[0])))
+    if not items:
+        return lit(const)
+    if len(items) == 1 and const == 0 and items[0][1] == 1:
+        return items[0][0]
+
+    def init(n):
+        n.const = const
+        n.terms = items
+        n._free = frozenset().union(*(m._free for m, _ in items))
+        n._sort = (3, const, tuple((m._sort, c) for m, c in items))
+
+    return _intern(Sum, (const, items), init)
+
+
+def _monomial(e: Expr) -> tuple[int, Expr] | None:
+    """``e`` as ``coeff * monomial`` (monomial may be ``lit(1)``), or None for a true sum."""
+    if isinstance(e, Lit):
+        return e.value, lit(1)
+    if isinstance(e, Sum):
+        return (e.terms[0][1], e.terms[0][0]) if e.const == 0 and len(e.terms) == 1 else None
+    return 1, e
+
+
+def _divides(den: Expr, m: Expr, c: int) -> tuple[Expr, int] | None:
+    """If ``c*m`` is ``den`` times ``c' * m'``, return ``(m', c')``."""
+    d = _monomial(den)
+    if d is None or d[0] == 0 or c % d[0]:
+        return None
+    rest = list(_factors(m))
+    for f in () if d[1].is_lit(1) else _factors(d[1]):
+        if f not in rest:
+            return None
+        rest.remove(f)
+    return (_make_prod(tuple(rest)) if rest else lit(1)), c // d[0]
+
+
+def _divmod(num: Expr, den: Expr, kind: type) -> Expr:
+    if isinstance(num, Shape) or isinstance(den, Shape):
+        raise TypeError("floor division / modulo of a shape list")
+    if isinstance(den, Lit):
+        if den.value <= 0:
+            raise ZeroDivisionError(f"{kind.__name__} by non-positive literal {den.value}")
+        if den.value == 1:
+            return num if kind is FloorDiv else lit(0)
+        if isinstance(num, Lit):
+            return lit(num.value // den.value if kind is FloorDiv else num.value % den.value)
+    if num is den:
+        return lit(1) if kind is FloorDiv else lit(0)
+    # split num = den*q + r
+    const, terms = _as_poly(num)
+    q: Poly = (0, {})
+    r_terms: dict = {}
+    for m, c in terms.items():
+        hit = _divides(den, m, c)
+        if hit is None:
+            r_terms[m] = c
+        else:
+            q = _poly_add(q, _poly_mul(_as_poly(hit[0]), (hit[1], {})))
+    if isinstance(den, Lit):
+        q = _poly_add(q, (const // den.value, {}))
+        const = const % den.value
+    r = _poly_to_expr((const, r_terms))
+    qe = _poly_to_expr(q)
+    if kind is Mod:
+        if qe.is_lit(0):
+            return _atom(Mod, r, den)
+        return Mod.make(r, den)
+    if isinstance(r, Lit) and isinstance(den, Lit):
+        return qe + r.value // den.value
+    if r.is_lit(0):
+        return qe
+    return qe + _atom(FloorDiv, r, den)
+
+
+def _atom(kind: type, num: Expr, den: Expr) -> Expr:
+    if isinstance(num, Lit) and isinstance(den, Lit):
+        return lit(num.value // den.value if kind is FloorDiv else num.value % den.value)
+    if kind is Mod and num.is_lit(0):
+        return lit(0)
+    if kind is FloorDiv and num.is_lit(0):
+        return lit(0)
+
+    def init(n):
+        n.num = num
+        n.den = den
+        n._free = num._free | den._free
+        n._sort = (kind._order, num._sort, den._sort)
+
+    return _intern(kind, (num, den), init)
+
+
+def _subs(e: Expr, mapping: Mapping[Expr, Expr], memo: dict) -> Expr:
+    hit = mapping.get(e)
+    if hit is not None:
+        return hit
+    if isinstance(e, (Lit, Var)):
+        return e
+    done = memo.get(e)
+    if done is not None:
+        return done
+    if isinstance(e, Prod):
+        out = prod(_subs(f, mapping, memo) for f in e.factors)
+    elif isinstance(e, Sum):
+        out = lit(e.const)
+        for m, c in e.terms:
+            out = out + _subs(m, mapping, memo) * c
+    elif isinstance(e, FloorDiv):
+        out = _subs(e.num, mapping, memo) // _subs(e.den, mapping, memo)
+    elif isinstance(e, Mod):
+        out = _subs(e.num, mapping, memo) % _subs(e.den, mapping, memo)
+    elif isinstance(e, Shape):
+        out = shape(_subs(x, mapping, memo) for x in e.items)
+    else:  # pragma: no cover
+        raise TypeError(type(e))
+    memo[e] = out
+    return out
+
+
+def gcd_of(p: Expr) -> int:
+    """gcd of the constant and all coefficients of a polynomial (0 for the zero polynomial)."""
+    const, terms = _as_poly(p)
+    return math.gcd(const, *terms.values())

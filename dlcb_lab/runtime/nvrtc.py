@@ -1,0 +1,196 @@
+"""CUDA C++ → cubin with NVRTC, cached on disk; needs no GPU and no driver.
+
+This is the front half of the ``cuda`` backend: every generated kernel source goes through
+:func:`compile_cubin`, so CI on a GPU-less machine still rejects invalid CUDA. We call
+``cuda.bindings.nvrtc`` directly (``cuda.core``'s ``Program`` also compiles cubins without a driver,
+but its ``arch=None`` default and its PTX path query the driver). Compiling straight to SASS (a
+cubin for one ``sm_XY``) skips the driver's PTX JIT at load time; the price is one cubin per arch,
+which the cache key records.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import re
+import tempfile
+import time
+
+from .cache import cache_dir, content_key
+
+__all__ = [
+    "CudaCompileError",
+    "compile_cubin",
+    "device_arch",
+    "include_dirs",
+    "nvrtc_compile_count",
+    "nvrtc_compile_seconds",
+    "nvrtc_version",
+]
+
+_PROGRAM_NAME = "dlcb_kernels.cu"
+_compile_count = 0
+_compile_seconds = 0.0
+
+
+class CudaCompileError(RuntimeError):
+    """NVRTC rejected a source. ``str(err)`` is the NVRTC log followed by the numbered source lines
+    the log points at (``>`` marks the line named by a diagnostic); ``.log`` and ``.source`` hold
+    the raw pieces."""
+
+    def __init__(self, log: str, source: str, options: tuple[str, ...] = ()):
+        self.log, self.source, self.options = log, source, options
+        lines = source.splitlines()
+        hit = {int(m) for m in re.findall(rf"{re.escape(_PROGRAM_NAME)}\((\d+)\)", log)}
+        shown = sorted({n for h in hit for n in (h - 1, h, h + 1) if 1 <= n <= len(lines)})
+        excerpt, prev = [], 0
+        for n in shown:
+            if prev and n != prev + 1:
+                excerpt.append("   ...")
+            excerpt.append(f"{'>' if n in hit else ' '}{n:5d} | {lines[n - 1]}")
+            prev = n
+        msg = f"NVRTC compilation failed (options: {' '.join(options)})\n{log.rstrip()}"
+        if excerpt:
+            msg += "\n--- source ---\n" + "\n".join(excerpt)
+        super().__init__(msg)
+
+
+def _check(result: tuple) -> tuple:
+    """Unwrap a ``cuda.bindings.nvrtc`` return tuple, raising on a non-success status."""
+    from cuda.bindings import nvrtc
+
+    err, *rest = result
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, name = nvrtc.nvrtcGetErrorString(err)
+        raise RuntimeError(f"NVRTC call failed: {name.decode() if isinstance(name, bytes) else name}")
+    return tuple(rest)
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library that ``cuda.bindings`` loaded (pip wheel or toolkit)."""
+    from cuda.bindings import nvrtc
+
+    major, minor = _check(nvrtc.nvrtcVersion())
+    return int(major), int(minor)
+
+
+@functools.cache
+def include_dirs() -> tuple[str, ...]:
+    """Folders holding ``cuda_fp16.h`` and friends: the nvidia pip wheels (found by
+    ``cuda.pathfinder``), then ``$CUDA_HOME``/``$CUDA_PATH``, then ``/usr/local/cuda``. NVRTC's
+    built-in headers cover ``<nv/target>`` and the ``cuda_runtime`` basics, so the cudart include
+    folder alone is enough for the fp16/bf16 headers."""
+    found: list[str] = []
+    try:
+        from cuda import pathfinder
+
+        find = getattr(pathfinder, "find_nvidia_header_directory", None)
+        if find is not None:
+            found += [d for d in (find("cudart"),) if d]
+    except Exception:  # an older or absent pathfinder is not fatal: fall back below
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            found.append(os.path.join(os.environ[env], "include"))
+    found.append("/usr/local/cuda/include")
+    out: list[str] = []
+    for d in found:
+        if os.path.isfile(os.path.join(d, "cuda_fp16.h")) and d not in out:
+            out.append(d)
+    return tuple(out[:1])  # one header set only: mixing toolkit versions breaks the headers
+
+
+def nvrtc_compile_count() -> int:
+    """How many NVRTC compilations this process ran, failed ones included (cache hits excluded)."""
+    return _compile_count
+
+
+def nvrtc_compile_seconds() -> float:
+    """Wall time spent inside NVRTC compilations in this process (cache hits excluded)."""
+    return _compile_seconds
+
+
+def _normalize_arch(arch: str) -> str:
+    arch = arch.strip()
+    if arch.isdigit():
+        return f"sm_{arch}"
+    if not arch.startswith("sm_"):
+        raise ValueError(f"compile_cubin needs a real architecture such as 'sm_90', got {arch!r}")
+    return arch
+
+
+def _nvrtc_compile(source: str, options: tuple[str, ...]) -> bytes:
+    """One NVRTC compilation to cubin; raises :class:`CudaCompileError` with the log on failure."""
+    from cuda.bindings import nvrtc
+
+    (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode(), _PROGRAM_NAME.encode(), 0, [], []))
+    try:
+        opts = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog))
+            buf = b" " * size
+            _check(nvrtc.nvrtcGetProgramLog(prog, buf))
+            raise CudaCompileError(buf.rstrip(b"\x00").decode(errors="replace"), source, options)
+        (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog))
+        cubin = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(prog, cubin))
+        return cubin
+    finally:
+        _check(nvrtc.nvrtcDestroyProgram(prog))
+
+
+def compile_cubin(source: str, *, arch: str = "sm_90", options: tuple[str, ...] = ()) -> bytes:
+    """Compile a CUDA C++17 translation unit to a cubin for ``arch`` (e.g. ``"sm_90"``).
+
+    Kernels should be ``extern "C"`` so their names survive unmangled. ``options`` are extra NVRTC
+    flags (e.g. ``("-lineinfo", "--use_fast_math")``). The cubin is cached under
+    ``cache_dir("cubin")``, keyed by (source, arch, options, NVRTC version); a hit returns the same
+    bytes without calling NVRTC. Batch a model's kernels into one source: an NVRTC call costs tens
+    of ms whatever the source size, since most of it is front-end start-up and header parsing.
+    """
+    global _compile_count, _compile_seconds
+    arch = _normalize_arch(arch)
+    major, minor = nvrtc_version()
+    key = content_key(source, arch, "\x00".join(options), f"nvrtc-{major}.{minor}")
+    path = cache_dir("cubin") / f"{key}.cubin"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    flags = (f"--gpu-architecture={arch}", "-std=c++17", *(f"-I{d}" for d in include_dirs()), *options)
+    t0 = time.perf_counter()
+    try:
+        cubin = _nvrtc_compile(source, flags)
+    finally:
+        _compile_seconds += time.perf_counter() - t0
+        _compile_count += 1
+    _atomic_write(path, cubin)
+    return cubin
+
+
+def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write via a temp file in the same folder + ``os.replace``: readers never see a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def device_arch() -> str:
+    """``"sm_XY"`` of the current CUDA device per torch (H200 → ``"sm_90"``); ``"sm_90"`` without a GPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except Exception:
+        pass
+    return "sm_90"
