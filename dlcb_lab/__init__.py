@@ -1,1 +1,15 @@
-"""DLCB."""
+"""dlcb_lab: ahead-of-time compilation for dynamic-shape deep learning (DLCB) as a research toolkit.
+
+    import dlcb_lab as dl
+    cm = dl.compile(module, example_inputs, dynamic={0: {0: "N"}}, backend="auto")
+    y = cm(x)
+    cm.pipeline   # .graph, .constraints, .solver_trace, .dims, .kernels, .host_program, .thunks
+"""
+
+from .api import CompiledModule, Pipeline, compile
+from .bridge.fx import UnsupportedOp
+from .dims import Contradiction, ShapeError
+from .hostgen.program import ShapeMismatch
+
+__all__ = ["compile", "CompiledModule", "Pipeline", "ShapeError", "Contradiction", "ShapeMismatch",
+           "UnsupportedOp"]

@@ -75,9 +75,7 @@ def simplify(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
     elif isinstance(e, Prod):
         out = prod(simplify(f, b, memo) for f in e.factors)
     elif isinstance(e, Sum):
-        out = lit(e.const)
-        for m, c in e.terms:
-            out = out + simplify(m, b, memo) * c
+        out = _recombine(lit(e.const) + sum((simplify(m, b, memo) * c for m, c in e.terms), lit(0)))
     elif isinstance(e, (FloorDiv, Mod)):
         num, den = simplify(e.num, b, memo), simplify(e.den, b, memo)
         if in_range(num, den, b):
@@ -94,3 +92,17 @@ def simplify(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
         raise TypeError(type(e))
     memo[e] = out
     return out
+
+
+def _recombine(e: Expr) -> Expr:
+    """``k*d*(x // d) + k*(x % d) -> k*x`` (exact identity; reshape round trips produce it)."""
+    if not isinstance(e, Sum):
+        return e
+    terms = dict(e.terms)
+    for m, c in e.terms:
+        if isinstance(m, Mod) and isinstance(m.den, Lit) and m in terms:
+            q = FloorDiv.make(m.num, m.den)
+            cq = terms.get(q) if not isinstance(q, Sum) else None
+            if cq is not None and cq == c * m.den.value:
+                return _recombine(e - q * cq - m * c + m.num * c)
+    return e

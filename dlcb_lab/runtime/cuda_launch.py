@@ -4,9 +4,11 @@ The back half of the ``cuda`` backend (the front half is :mod:`dlcb_lab.runtime.
 ``cuda.core`` (imported lazily, so this module imports on a GPU-less machine). A launch is
 ``cuda.core.launch(stream, LaunchConfig, Kernel, *args)``; on the H200 that costs about 4.5 µs of
 host time, less than one eager torch op, so everything here is arranged to add little on top:
-argument converters are chosen once per kernel, ``LaunchConfig`` objects are cached per
-(grid, block), ``cuda.core`` stream wrappers are cached per raw stream handle, and the launch itself
-does a couple of dict lookups plus one converter call per argument.
+``k[grid, block(, stream)]`` is a dict hit returning a cached ``functools.partial`` (LaunchConfig
+prebuilt), and calling it runs one function generated for the kernel's signature that checks
+arity, finds the loaded kernel and torch's current stream (``cuda.core`` wrappers cached per raw
+stream handle) and packs each argument with an inline expression. Measured on the H200 (5 params):
+``k[g, b](...)`` 6.0 µs, a bare ``cuda.core.launch`` 5.4-6.0 µs, ``torch.add(out=)`` 5.9-6.6 µs.
 
 Nothing on the launch path checks that tensors live on the launching device or have the dtype the
 kernel expects: the generated host program owns those guards.
@@ -14,6 +16,7 @@ kernel expects: the generated host program owns those guards.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -61,11 +64,11 @@ def _device(dev: int) -> Any:
     return d
 
 
-# --- argument converters: one per parameter kind, picked once per kernel -------------------------
+# --- argument conversion: one expression per parameter kind, compiled once per signature ----------
 
 
 def _as_ptr(x: Any) -> int:
-    """Device address of a torch tensor, a ``__cuda_array_interface__`` object, or a raw int."""
+    """Device address of a torch tensor, a ``__cuda_array_interface__`` object, a raw int or None."""
     if isinstance(x, torch.Tensor):
         return x.data_ptr()
     if isinstance(x, int):
@@ -79,14 +82,57 @@ def _as_ptr(x: Any) -> int:
 
 
 # cuda.core packs a Python int as intptr_t (8 bytes) and a Python float as double, so i64/f64 need
-# no numpy scalar; operator.index also rejects floats passed where an integer is meant.
-_CONVERTERS: dict[str, Callable[[Any], Any]] = {
-    "ptr": _as_ptr,
-    "i64": operator.index,
-    "i32": np.int32,
-    "f32": np.float32,
-    "f64": float,
+# no numpy scalar; operator.index rejects floats passed where an integer is meant. "{}" is the arg.
+_CONVERT: dict[str, str] = {
+    "ptr": "({0}.data_ptr() if type({0}) is _Tensor else _as_ptr({0}))",
+    "i64": "({0} if type({0}) is int else _index({0}))",
+    "i32": "_i32({0})",
+    "f32": "_f32({0})",
+    "f64": "({0} if type({0}) is float else float({0}))",
 }
+_NAMESPACE = {"_Tensor": torch.Tensor, "_as_ptr": _as_ptr, "_index": operator.index,
+              "_i32": np.int32, "_f32": np.float32}
+
+
+def _make_caller(k: CudaKernel) -> Callable[..., None]:
+    """Generate ``call(config, stream, *args)`` for ``k``'s signature: the whole per-launch path
+    (arity check, empty-grid skip, device/stream/kernel lookup, argument packing) in one frame."""
+    params = [f"a{i}" for i in range(len(k.signature))]
+    unpack = f"    {', '.join(params)}{',' if len(params) == 1 else ''} = args\n" if params else ""
+    packed = "".join(", " + _CONVERT[kind].format(a) for kind, a in zip(k.signature, params))
+    src = (
+        "def call(config, stream, *args):\n"
+        f"    if len(args) != {len(params)}:\n"
+        "        _arity(len(args))\n"
+        "    if config is None:\n"
+        "        return\n"
+        f"{unpack}"
+        "    dev = _get_device()\n"
+        "    kern = _kernels.get(dev)\n"
+        "    if kern is None:\n"
+        "        kern = _load(dev)\n"
+        "    if stream is None:\n"
+        "        stream = _STREAMS.get((_raw_stream(dev), dev)) if _raw_stream else None\n"
+        "        if stream is None:\n"
+        "            stream = _current_stream(dev)\n"
+        "    elif type(stream) is not _CoreStream:\n"
+        "        stream = _stream_of(stream, dev)\n"
+        f"    _launch(stream, config, kern{packed})\n"
+    )
+
+    def arity(got: int) -> None:
+        raise TypeError(f"kernel {k.name}({', '.join(k.signature)}) takes {len(params)} arguments, got {got}")
+
+    def load(dev: int) -> Any:
+        kern = k._kernels[dev] = k.module.get_function(k.name, dev)
+        ns["_CoreStream"], ns["_launch"] = _CoreStream, _launch  # bound now cuda.core is imported
+        return kern
+
+    ns = dict(_NAMESPACE, _arity=arity, _load=load, _kernels=k._kernels, _get_device=_get_device,
+              _raw_stream=_raw_stream, _STREAMS=_STREAMS, _current_stream=_current_stream,
+              _stream_of=_stream_of, _CoreStream=_CoreStream, _launch=_launch)
+    exec(compile(src, f"<dlcb launch {k.name}>", "exec"), ns)
+    return ns["call"]
 
 
 def _stream_of(obj: Any, dev: int) -> Any:
@@ -131,10 +177,10 @@ def _config(grid: Dims, block: Dims) -> Any:
 
 
 def _make_config(grid: Dims, block: Dims) -> Any:
-    _core()
     dims = (grid,) if isinstance(grid, int) else grid
     if any(d == 0 for d in dims):
         return None
+    _core()
     return _LaunchConfig(grid=grid, block=block)
 
 
@@ -185,53 +231,41 @@ class CudaKernel:
     ``grid``/``block`` are ints or tuples of up to 3 ints; a grid with a zero dimension is a no-op
     (the driver would reject it). Arguments are converted by kind: ``"ptr"`` takes a torch tensor,
     any ``__cuda_array_interface__`` object, a raw int address or None; scalars are packed at the
-    exact C width (``i32`` as int32, ``f32`` as float32, ...).
+    exact C width (``i32`` as int32, ``f32`` as float32, ...). ``k[grid, block]`` is cached per
+    distinct (grid, block, stream), so a steady-state launch is one dict hit plus one generated call.
     """
 
-    __slots__ = ("module", "name", "signature", "_conv", "_nargs", "_kernels")
+    __slots__ = ("module", "name", "signature", "_kernels", "_call", "_bound")
 
     def __init__(self, module: CudaModule, name: str, signature: Sequence[str]):
-        bad = [s for s in signature if s not in _CONVERTERS]
+        bad = [s for s in signature if s not in _CONVERT]
         if bad:
-            raise ValueError(f"unknown parameter kinds {bad}; expected one of {sorted(_CONVERTERS)}")
+            raise ValueError(f"unknown parameter kinds {bad}; expected one of {sorted(_CONVERT)}")
         self.module, self.name, self.signature = module, name, tuple(signature)
-        self._conv = tuple(_CONVERTERS[s] for s in self.signature)
-        self._nargs = len(self.signature)
         self._kernels: dict[int, Any] = {}  # device -> cuda.core Kernel
+        self._bound: dict[tuple, Callable[..., None]] = {}  # launch_cfg -> partial(call, config, stream)
+        self._call = _make_caller(self)
 
-    def __getitem__(self, launch_cfg: tuple) -> _BoundLaunch:
-        if len(launch_cfg) == 2:
-            grid, block = launch_cfg
-            stream = None
-        elif len(launch_cfg) == 3:
-            grid, block, stream = launch_cfg
-        else:
+    def __getitem__(self, launch_cfg: tuple) -> Callable[..., None]:
+        try:
+            return self._bound[launch_cfg]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable dims or stream: bind without caching
+            return self._bind(launch_cfg)
+        if len(self._bound) >= _MAX_CONFIGS:
+            self._bound.clear()
+        bound = self._bound[launch_cfg] = self._bind(launch_cfg)
+        return bound
+
+    def _bind(self, launch_cfg: tuple) -> Callable[..., None]:
+        if not isinstance(launch_cfg, tuple) or len(launch_cfg) not in (2, 3):
             raise TypeError(f"{self.name}[...] takes (grid, block) or (grid, block, stream)")
-        return _BoundLaunch(self, _config(grid, block), stream)
+        grid, block, stream = launch_cfg if len(launch_cfg) == 3 else (*launch_cfg, None)
+        return functools.partial(self._call, _config(grid, block), stream)
+
+    def __call__(self, *args: Any) -> None:
+        raise TypeError(f"launch with {self.name}[grid, block](...) or {self.name}[grid, block, stream](...)")
 
     def __repr__(self) -> str:
         return f"CudaKernel({self.name}({', '.join(self.signature)}))"
-
-
-class _BoundLaunch:
-    """``kernel[grid, block(, stream)]``: call it with the kernel's arguments to launch."""
-
-    __slots__ = ("k", "config", "stream")
-
-    def __init__(self, k: CudaKernel, config: Any, stream: Any):
-        self.k, self.config, self.stream = k, config, stream
-
-    def __call__(self, *args: Any) -> None:
-        k = self.k
-        if len(args) != k._nargs:
-            raise TypeError(
-                f"kernel {k.name}({', '.join(k.signature)}) takes {k._nargs} arguments, got {len(args)}"
-            )
-        if self.config is None:  # empty grid
-            return
-        dev = _get_device()
-        kern = k._kernels.get(dev)
-        if kern is None:
-            kern = k._kernels[dev] = k.module.get_function(k.name, dev)
-        stream = _current_stream(dev) if self.stream is None else _stream_of(self.stream, dev)
-        _launch(stream, self.config, kern, *[c(a) for c, a in zip(k._conv, args)])

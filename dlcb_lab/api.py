@@ -1,0 +1,220 @@
+"""``dl.compile``: torch module + example inputs -> a compiled module that serves every shape the
+constraints admit, compiled once (kernels built once per compile, never per call)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .bridge.fx import lower_to_ir, trace
+from .dims import Constraint, DimKind, Expr, TraceRecord
+from .hostgen.lower import LaunchPlan, lower
+from .hostgen.program import HostProgram
+from .ir.graph import Graph
+from .kgen.coords import CoordMap, KernelBody, infer_kernels
+from .kgen.emit import cuda_module, numba_module, signature
+from .runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk, cpu_launcher, cuda_launcher
+
+
+@dataclass(frozen=True)
+class DimRow:
+    value: str
+    axis: int
+    expr: Expr
+    kind: DimKind
+
+
+@dataclass(frozen=True)
+class DimTable:
+    """Every axis of every value after the solve, classified LITERAL / NAMED / RESIDUAL."""
+
+    rows: tuple[DimRow, ...]
+
+    def of(self, value: str) -> tuple[DimRow, ...]:
+        return tuple(r for r in self.rows if r.value == value)
+
+    def counts(self) -> dict[str, int]:
+        out = {k.value: 0 for k in DimKind}
+        for r in self.rows:
+            out[r.kind.value] += 1
+        return out
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([(r.value, r.axis, repr(r.expr), r.kind.value) for r in self.rows],
+                            columns=["value", "axis", "expr", "kind"])
+
+    def __repr__(self) -> str:
+        lines = [f"DimTable {self.counts()}"]
+        by: dict[str, list[DimRow]] = {}
+        for r in self.rows:
+            by.setdefault(r.value, []).append(r)
+        for v, rs in by.items():
+            lines.append(f"  %{v}: [" + ", ".join(f"{r.expr!r}:{r.kind.value[0].upper()}"
+                                                    for r in rs) + "]")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A generated kernel: its body, coordinate map and source in the chosen backend's language."""
+
+    body: KernelBody
+    backend: str
+    source: str
+
+    @property
+    def name(self) -> str:
+        return self.body.name
+
+    @property
+    def coord_map(self) -> CoordMap:
+        return self.body.coord_map
+
+    @property
+    def cuda_source(self) -> str:
+        from .kgen.emit import cuda_kernel
+
+        return cuda_kernel(self.body)
+
+    @property
+    def numba_source(self) -> str:
+        from .kgen.emit import numba_kernel
+
+        return numba_kernel(self.body)
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{n}={e!r}" for n, e in self.body.params)
+        return f"Kernel {self.name} [{self.backend}] out %{self.body.out.name} params ({ps})"
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Every stage object of one compile."""
+
+    graph: Graph
+    constraints: tuple[Constraint, ...]
+    solver_trace: tuple[TraceRecord, ...]
+    residuals: tuple[Constraint, ...]
+    dims: DimTable
+    kernels: tuple[Kernel, ...]
+    host_program: HostProgram
+    launch_plan: LaunchPlan
+    thunks: tuple[Thunk, ...]
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        t = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
+        return (f"Pipeline: {len(self.graph.nodes)} ops, {len(self.constraints)} constraints, "
+                f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual, "
+                f"dims {self.dims.counts()}, {len(self.kernels)} kernels, "
+                f"{len(self.host_program.instrs)} host instructions, thunks "
+                f"{[th.kind for th in self.thunks]}\n  timings: {t}")
+
+
+class CompiledModule:
+    """Callable result of ``dl.compile``. Returns a tensor (or a tuple for several outputs)."""
+
+    def __init__(self, pipeline: Pipeline, single: bool, kernel_builds: int):
+        self.pipeline = pipeline
+        self._thunk = pipeline.thunks[0]
+        self._single = single
+        self._kernel_builds = kernel_builds
+
+    def __call__(self, *args: torch.Tensor):
+        out = self._thunk(*args)
+        return out[0] if self._single else out
+
+    def stats(self) -> dict[str, Any]:
+        return {"compiles": 1, "kernel_builds": self._kernel_builds, "calls": self._thunk.calls,
+                "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
+                "compile_s": sum(self.pipeline.timings.values())}
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._thunk!r})"
+
+
+def _resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"backend must be 'auto', 'cpu' or 'cuda', not {backend!r}")
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("backend='cuda' but torch sees no CUDA device")
+    return backend
+
+
+def _dim_table(g: Graph) -> DimTable:
+    rows = []
+    for v in list(g.inputs) + [n.out for n in g.nodes]:
+        for k, d in enumerate(v.shape.items):
+            rows.append(DimRow(v.name, k, g.solver.resolve(d), g.solver.classify(d)))
+    return DimTable(tuple(rows))
+
+
+def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int, list[str]]:
+    """Compile all kernels of one graph as one unit. Returns (launchers, builds, sources)."""
+    if backend == "cuda":
+        from .kgen.emit import cuda_kernel
+        from .runtime.cuda_launch import CudaModule
+        from .runtime.nvrtc import compile_cubin, device_arch
+
+        src = cuda_module(list(bodies))
+        cubin = compile_cubin(src, arch=device_arch())
+        mod = CudaModule(cubin, [b.name for b in bodies])
+        launchers = [cuda_launcher(mod.kernel(b.name, signature(b))) for b in bodies]
+        return launchers, len(bodies), [cuda_kernel(b) for b in bodies]
+    from .kgen.emit import numba_kernel
+    from .runtime.numba_cpu import load_numba_module
+
+    src = numba_module(list(bodies))
+    mod, _ = load_numba_module(src)
+    launchers = [cpu_launcher(getattr(mod, b.name)) for b in bodies]
+    return launchers, len(bodies), [numba_kernel(b) for b in bodies]
+
+
+def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+            dynamic: Mapping[int, Mapping[int, str]] | bool = False,
+            backend: str = "auto") -> CompiledModule:
+    """Compile ``module`` once for the shapes ``dynamic`` admits.
+
+    ``dynamic`` maps an input index to ``{axis: dim name}`` (negative axes count from the end);
+    ``False`` (or ``{}``) compiles the example shapes statically. Raises ``ShapeError`` for
+    incompatible shapes and ``UnsupportedOp`` for ops outside the supported set.
+    """
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if dynamic is True:
+        raise ValueError("dynamic=True needs dim names: pass {input: {axis: 'N'}}")
+    spec = dict(dynamic or {})
+    backend = _resolve_backend(backend)
+    t = {}
+    t0 = time.perf_counter()
+    gm = trace(module)
+    g = lower_to_ir(gm, list(example_inputs), spec)
+    t["capture+solve"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bodies = infer_kernels(g)
+    t["kgen"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    host, plan = lower(g, bodies)
+    t["hostgen"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    launchers, builds, sources = build_kernels(bodies, backend)
+    t["build"] = time.perf_counter() - t0
+    is_static = not any(g.solver.classify(d) != DimKind.LITERAL for v in g.inputs
+                        for d in v.shape.items)
+    args = (host, plan, launchers, [v.dtype for v in g.inputs], backend, [v.name for v in g.inputs])
+    if is_static:
+        thunk: Thunk = StaticThunk(*args, shapes=[tuple(x.shape) for x in example_inputs])
+    else:
+        thunk = DynamicAOTThunk(*args)
+    sol = g.solver.solution()
+    pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g),
+                    tuple(Kernel(b, backend, s) for b, s in zip(bodies, sources)), host, plan,
+                    (thunk,), t)
+    return CompiledModule(pipe, len(g.outputs) == 1, builds)

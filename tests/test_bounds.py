@@ -1,0 +1,173 @@
+"""``bounds.simplify``: sound (value-preserving inside the bounds) and effective on reshape-style
+coordinate maps."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlcb_lab.dims import FloorDiv, Lit, Mod, as_expr, lit, shape, var
+from dlcb_lab.dims.bounds import in_range, lower, nonneg, simplify, upper
+
+# Names are global per process: this file uses the ``tb_`` prefix only.
+C0, C1, C2 = var("tb_c0", 2), var("tb_c1", 2), var("tb_c2", 2)   # coordinates
+N, W, H = var("tb_n"), var("tb_w"), var("tb_h")                    # runtime dims (>= 1 here)
+VARS = {v.name: v for v in (C0, C1, N, W)}
+
+SETTINGS = settings(max_examples=120, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def has_divmod(e) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (FloorDiv, Mod)):
+            return True
+        stack.extend(x.children())
+    return False
+
+
+# --- targeted: the reshape cases the coordinate maps produce -----------------------------------
+
+def test_reshape_literal():
+    b = {"tb_c0": N, "tb_c1": lit(24)}
+    assert simplify((C0 * 24 + C1) // 24, b) is C0
+    assert simplify((C0 * 24 + C1) % 24, b) is C1
+    # DESIGN.md worked example: x's coordinate for output (i, j) of reshape [N, 4, 6] -> (-1, 24)
+    flat = C0 * 24 + C1
+    got = simplify(shape([flat // 24, (flat // 6) % 4, flat % 6]), b)
+    assert got is shape([C0, C1 // 6, C1 % 6])
+    # not provable: c1 may reach 24 when its bound is 25
+    assert has_divmod(simplify((C0 * 24 + C1) // 24, {"tb_c0": N, "tb_c1": lit(25)}))
+
+
+def test_reshape_symbolic():
+    b = {"tb_c0": N, "tb_c1": W}
+    assert simplify((C0 * W + C1) // W, b) is C0
+    assert simplify(((C0 * W + C1) // W) % N, b) is C0
+    assert simplify((C0 * W + C1) % W, b) is C1
+    # c0 < N is needed for the outer % N
+    assert has_divmod(simplify(((C0 * W + C1) // W) % N, {"tb_c0": N + 1, "tb_c1": W}))
+    # c1 < W is needed for the // W
+    assert has_divmod(simplify((C0 * W + C1) // W, {"tb_c0": N, "tb_c1": W + 1}))
+
+
+def test_reshape_three_axes_symbolic():
+    """Flatten ``[N, H, W]`` and un-flatten: every // and % disappears."""
+    b = {"tb_c0": N, "tb_c1": H, "tb_c2": W}
+    flat = (C0 * H + C1) * W + C2
+    got = simplify(shape([flat // (H * W), (flat // W) % H, flat % W]), b)
+    assert got is shape([C0, C1, C2])
+
+
+def test_bounds_helpers():
+    b = {"tb_c0": N, "tb_c1": lit(24)}
+    assert upper(C0 * 24 + C1, b) is N * 24 - 1
+    assert lower(C0 * 24 + C1, b) is lit(0)
+    assert upper(N * 3, b) is N * 3           # unbounded names are fixed symbols
+    assert upper(C1 % 5, b) is lit(4)
+    assert in_range(C1, lit(24), b) and not in_range(C1, lit(23), b)
+    assert in_range(C0 * 24 + C1, N * 24, b)
+    assert nonneg(N * W + 3) and not nonneg(N - 1) and nonneg(lit(0)) and not nonneg(lit(-1))
+
+
+# --- random soundness ---------------------------------------------------------------------------
+
+bounds_exprs = st.one_of(st.integers(1, 5), st.sampled_from(["tb_n", "tb_w"]),
+                         st.tuples(st.just("+"), st.sampled_from(["tb_n", "tb_w"]),
+                                   st.integers(1, 2)),
+                         st.tuples(st.just("*"), st.sampled_from(["tb_n", "tb_w"]),
+                                   st.integers(2, 3)),
+                         st.just(("*", "tb_n", "tb_w")))
+divisors = st.one_of(st.integers(1, 6), st.sampled_from(["tb_n", "tb_w", "B0", "B1"]),
+                     st.just(("*", "tb_n", "tb_w")),
+                     st.tuples(st.just("+"), st.sampled_from(["tb_n", "tb_w"]), st.integers(1, 2)))
+# "flat" is c0*B1 + c1 (a row-major flat index), the shape simplify targets; linear terms in a
+# coordinate with either sign (conv windows with padding go negative)
+linear = st.tuples(st.just("+"), st.tuples(st.just("*"), st.sampled_from(["tb_c0", "tb_c1"]),
+                                           st.integers(-3, 3)), st.integers(-4, 4))
+leaves = st.one_of(st.sampled_from(["tb_c0", "tb_c1", "tb_n", "tb_w", "flat", "B0", "B1"]),
+                   st.integers(-3, 5), linear)
+trees = st.recursive(
+    leaves,
+    lambda ch: st.one_of(st.tuples(st.sampled_from(["+", "-", "*"]), ch, ch),
+                         st.tuples(st.sampled_from(["//", "%"]), ch, divisors)),
+    max_leaves=8)
+
+OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+       "//": lambda x, y: x // y, "%": lambda x, y: x % y}
+
+
+def build(t, special):
+    if isinstance(t, int):
+        return lit(t)
+    if isinstance(t, str):
+        return special[t] if t in special else VARS[t]
+    op, x, y = t
+    return OPS[op](build(x, special), build(y, special))
+
+
+DIM_VALUES = [(1, 1), (1, 3), (2, 2), (3, 1), (2, 5), (4, 3)]
+
+
+@SETTINGS
+@given(trees, bounds_exprs, bounds_exprs)
+def test_simplify_preserves_value_within_bounds(t, tb0, tb1):
+    b0, b1 = build(tb0, {}), build(tb1, {})
+    special = {"B0": b0, "B1": b1, "flat": C0 * b1 + C1}
+    e = build(t, special)
+    b = {"tb_c0": b0, "tb_c1": b1}
+    s = simplify(e, b)
+    assert s.free_vars <= e.free_vars
+    for n, w in DIM_VALUES:
+        env = {"tb_n": n, "tb_w": w}
+        for c0, c1 in itertools.product(range(b0.evaluate(env)), range(b1.evaluate(env))):
+            env["tb_c0"], env["tb_c1"] = c0, c1
+            assert s.evaluate(env) == e.evaluate(env), (e, s, env)
+
+
+@SETTINGS
+@given(trees, bounds_exprs, bounds_exprs)
+def test_extremes_are_sound(t, tb0, tb1):
+    """``lower``/``upper`` bound the value over all coordinates (runtime dims fixed)."""
+    b0, b1 = build(tb0, {}), build(tb1, {})
+    e = build(t, {"B0": b0, "B1": b1, "flat": C0 * b1 + C1})
+    b = {"tb_c0": b0, "tb_c1": b1}
+    lo, hi = lower(e, b), upper(e, b)
+    for n, w in DIM_VALUES[:4]:
+        env = {"tb_n": n, "tb_w": w}
+        vals = []
+        for c0, c1 in itertools.product(range(b0.evaluate(env)), range(b1.evaluate(env))):
+            vals.append(e.evaluate(dict(env, tb_c0=c0, tb_c1=c1)))
+        if lo is not None:
+            assert lo.free_vars <= {"tb_n", "tb_w"}
+            assert lo.evaluate(env) <= min(vals)
+        if hi is not None:
+            assert hi.free_vars <= {"tb_n", "tb_w"}
+            assert hi.evaluate(env) >= max(vals)
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(2, 6), st.integers(0, 3), st.booleans())
+def test_unflatten_random_literal_shapes(a, w, extra, symbolic_rows):
+    """``[R, w] -> flat -> [R, w]`` drops every div/mod and is exact; with a bound one too large
+    the operation must stay."""
+    rows = N if symbolic_rows else lit(a)
+    b = {"tb_c0": rows, "tb_c1": lit(w)}
+    flat = C0 * w + C1
+    assert simplify(shape([flat // w, flat % w]), b) is shape([C0, C1])
+    loose = {"tb_c0": rows, "tb_c1": lit(w + 1 + extra)}
+    got = simplify(flat // w, loose)
+    if w > 1:
+        assert has_divmod(got)
+    for c0 in range(3):
+        for c1 in range(w + 1 + extra):
+            env = {"tb_c0": c0, "tb_c1": c1, "tb_n": 3}
+            assert got.evaluate(env) == (c0 * w + c1) // w
+
+
+def test_simplify_int_values_are_expressions():
+    assert isinstance(simplify(as_expr(5), {}), Lit)
