@@ -3,8 +3,10 @@
 A ``Bounds`` maps coordinate variable names to their exclusive upper bound (an expression over
 runtime dims); every variable is ``>= 0``. Variables without a bound are runtime dims: fixed,
 non-negative symbols. ``upper``/``lower`` give symbolic inclusive extremes over the coordinates;
-``nonneg`` proves a polynomial non-negative when its constant and every coefficient are (atoms are
-non-negative). Proofs are sound, not complete: an unprovable fact simply keeps the operation.
+``nonneg`` proves a polynomial non-negative when its constant and every coefficient are and every
+monomial is (variables and ``%`` are non-negative; ``a // d`` has the sign of ``a``, so it is not
+non-negative by itself). Proofs are sound, not complete: an unprovable fact simply keeps the
+operation.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ def nonneg(e: Expr) -> bool:
     if isinstance(e, Lit):
         return e.value >= 0
     if isinstance(e, Sum):
-        return e.const >= 0 and all(c > 0 for _, c in e.terms)
-    return True  # atoms and products of atoms are non-negative
+        return e.const >= 0 and all(c > 0 and nonneg(m) for m, c in e.terms)
+    if isinstance(e, Prod):
+        return all(nonneg(f) for f in e.factors)
+    if isinstance(e, FloorDiv):
+        return nonneg(e.num)  # a // d (d > 0) is negative exactly when a is
+    return True  # variables and remainders are non-negative
 
 
 def _extreme(e: Expr, b: Bounds, hi: bool) -> Expr | None:
@@ -30,7 +36,11 @@ def _extreme(e: Expr, b: Bounds, hi: bool) -> Expr | None:
     if isinstance(e, Var):
         return b[e.name] - 1 if hi else lit(0)
     if isinstance(e, Prod):
-        parts = [_extreme(f, b, hi) for f in e.factors]
+        # a product's extreme is the product of the factors' extremes only if no factor is negative
+        los = [_extreme(f, b, False) for f in e.factors]
+        if any(x is None or not nonneg(x) for x in los):
+            return None
+        parts = [_extreme(f, b, True) for f in e.factors] if hi else los
         return None if any(p is None for p in parts) else prod(parts)
     if isinstance(e, Sum):
         out: Expr = lit(e.const)

@@ -40,7 +40,8 @@ def _axis_message(g: Graph, i: int, v: Value, k: int, declared: Expr, e: Expr) -
         if src is not None:
             why = f" because {declared!r} := {e!r} by #{src.id} {src.lhs!r} == {src.rhs!r} " \
                   f"from {src.provenance}"
-    return (f"input {i} '{v.name}' axis {k}: size {{got}} != {e!r} = {{want}}{why}")
+    want = f"{e!r}" if isinstance(e, Lit) else f"{e!r} = {{want}}"
+    return f"input {i} '{v.name}' axis {k}: size {{got}} != {want}{why}"
 
 
 def lower(g: Graph, kernels: list[KernelBody]) -> tuple[HostProgram, LaunchPlan]:

@@ -3,6 +3,7 @@ built, so an incompatible shape raises ``ShapeError`` at construction, naming th
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -12,6 +13,7 @@ from ..dims import Expr, Provenance, Shape, ShapeError, Solver, Var, lit, shape,
 from .ops import OPS, OpDef
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
+_FRESH = itertools.count(1)  # internal variable names are process-global (interned)
 
 
 @dataclass(eq=False)
@@ -60,7 +62,6 @@ class Graph:
     inputs: list[Value] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
-    _fresh: int = 0
 
     # -- construction ---------------------------------------------------------------------------
     def input(self, name: str, dims: Iterable[Expr | int], dtype: torch.dtype) -> Value:
@@ -73,8 +74,7 @@ class Graph:
 
     def fresh_var(self, hint: str = "d") -> Var:
         """A new internal (rank-0) dimension variable, e.g. a reshape's ``-1``."""
-        self._fresh += 1
-        return var(f"_{hint}{id(self) % 9973}_{self._fresh}", 0)
+        return var(f"_{hint}{next(_FRESH)}", 0)
 
     def constrain(self, lhs, rhs, node: Node | str, detail: str = "", where: str = ""):
         if isinstance(node, Node):

@@ -1,0 +1,17 @@
+import os
+import tempfile
+
+import pytest
+import torch
+
+# Kernels compiled by the tests go to a private cache (numba's on-disk cache stays warm across runs).
+os.environ.setdefault("DLCB_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dlcb_test_cache"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
