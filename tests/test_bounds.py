@@ -74,6 +74,34 @@ def test_bounds_helpers():
     assert nonneg(N * W + 3) and not nonneg(N - 1) and nonneg(lit(0)) and not nonneg(lit(-1))
 
 
+def test_negative_quotients_are_not_assumed_nonnegative():
+    """Regression: ``a // d`` atoms with a negative numerator were taken as non-negative, and a
+    product's minimum was taken as the product of its factors' minima even with a negative factor;
+    both made ``simplify`` drop a ``%`` that changes the value."""
+    e = ((1 - C1) // 2) % 3                    # (1 - c1) // 2 is negative for c1 >= 3
+    b = {"tb_c1": W}
+    assert not nonneg(lower((1 - C1) // 2, b))
+    assert simplify(e, b) is e
+    assert e.evaluate({"tb_c1": 4, "tb_w": 5}) == 1
+    e = (C0 * ((1 - C1) // 2)) % 7             # c0 * (negative) is negative
+    b = {"tb_c0": lit(3), "tb_c1": lit(5)}
+    assert lower(C0 * ((1 - C1) // 2), b) is None
+    assert simplify(e, b) is e
+    assert not nonneg((-C0) // (N * W)) and nonneg((C0 + 1) // N) and nonneg((-C0) % N)
+    assert not nonneg(N * ((N - 2) // 3))
+
+
+def test_recombine_quotient_and_remainder():
+    """``k*d*(x // d) + k*(x % d) -> k*x`` inside sums (reshape round trips)."""
+    b = {"tb_c1": lit(100)}
+    assert simplify(6 * (C1 // 6) + C1 % 6, b) is C1
+    assert simplify(12 * (C1 // 6) + 2 * (C1 % 6) + N, b) is 2 * C1 + N
+    x = C0 + 5 * C1
+    assert simplify(4 * (x // 4) + x % 4 + 1, {"tb_c0": N, "tb_c1": W}) is x + 1
+    e = 5 * (C1 // 6) + C1 % 6                  # coefficients do not match: kept
+    assert simplify(e, b) is e
+
+
 # --- random soundness ---------------------------------------------------------------------------
 
 bounds_exprs = st.one_of(st.integers(1, 5), st.sampled_from(["tb_n", "tb_w"]),
@@ -171,3 +199,18 @@ def test_unflatten_random_literal_shapes(a, w, extra, symbolic_rows):
 
 def test_simplify_int_values_are_expressions():
     assert isinstance(simplify(as_expr(5), {}), Lit)
+
+
+@SETTINGS
+@given(trees, st.integers(2, 5), st.integers(-2, 3).filter(bool), trees, bounds_exprs)
+def test_recombine_random(t, d, k, rest, tb1):
+    b1 = build(tb1, {})
+    special = {"B0": lit(3), "B1": b1, "flat": C0 * b1 + C1}
+    x, r = build(t, special), build(rest, special)
+    e = k * d * (x // d) + k * (x % d) + r
+    s = simplify(e, {"tb_c0": lit(3), "tb_c1": b1})
+    for n, w in DIM_VALUES[:3]:
+        env = {"tb_n": n, "tb_w": w}
+        for c0, c1 in itertools.product(range(3), range(b1.evaluate(env))):
+            env["tb_c0"], env["tb_c1"] = c0, c1
+            assert s.evaluate(env) == e.evaluate(env)

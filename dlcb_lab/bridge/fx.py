@@ -9,6 +9,7 @@ supported set raises ``UnsupportedOp`` naming the fx node and the user's source 
 from __future__ import annotations
 
 import operator
+import os
 import re
 from typing import Any, Mapping, Sequence
 
@@ -21,6 +22,7 @@ from ..dims import Expr, lit, var
 from ..ir.graph import Graph, Value
 
 DynamicSpec = Mapping[int, Mapping[int, str]]
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _RESERVED = re.compile(r"^(_.*|t|[cr]\d+|p\d+|numel|out|step|i\d+|v\d+|x\d+|acc\d+)$")
 
 
@@ -62,6 +64,8 @@ def trace(module: nn.Module) -> fx.GraphModule:
 def _where(node: fx.Node) -> str:
     st = node.stack_trace or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
+    # newer torch appends its own tracer frames after the user's: keep the user's frames
+    frames = [f for f in frames if not f[0].startswith(_TORCH_DIR)] or frames
     if not frames:
         return node.name
     f, line, fn, code = frames[-1]

@@ -229,6 +229,8 @@ class Solver:
         self.constraints: list[Constraint] = []
         self.subst: dict[Var, Expr] = {}
         self.binding_source: dict[Var, Constraint] = {}
+        self._used: dict[int, frozenset[Var]] = {}   # constraint id -> solved vars substituted in
+        self._deps: dict[Var, frozenset[Var]] = {}   # solved var -> solved vars its value used
         self.residuals: list[Constraint] = []
         self.trace: list[TraceRecord] = []
         self._next_id = 0
@@ -269,10 +271,17 @@ class Solver:
         self.trace.append(TraceRecord(len(self.trace), rule, c.id, before, after,
                                       time.perf_counter_ns()))
 
-    def _colliding(self, c: Constraint) -> tuple[Constraint, ...]:
-        names = c.lhs.free_vars | c.rhs.free_vars
-        return tuple(src for v, src in self.binding_source.items() if v.name in names
-                     and src is not c)
+    def _colliding(self, c: Constraint, extra: Iterable[Var] = ()) -> tuple[Constraint, ...]:
+        """Sources of the bindings substituted into ``c`` or its rewrites (and of ``extra``),
+        transitively."""
+        seen: set[Var] = set()
+        stack = [*self._used.get(c.id, ()), *extra]
+        while stack:
+            v = stack.pop()
+            if v not in seen:
+                seen.add(v)
+                stack.extend(self._deps[v])
+        return tuple(src for v, src in self.binding_source.items() if v in seen and src is not c)
 
     def _run(self, work: deque) -> None:
         while work:
@@ -280,7 +289,12 @@ class Solver:
             a, b = c.lhs, c.rhs
             solved = self._solved_names()
             if (a.free_vars | b.free_vars) & solved:
-                a2, b2 = a.subs(self.subst), b.subs(self.subst)
+                used = frozenset(v for v in self.subst if v.name in a.free_vars | b.free_vars)
+                self._used[c.id] = self._used.get(c.id, frozenset()) | used
+                try:
+                    a2, b2 = a.subs(self.subst), b.subs(self.subst)
+                except ZeroDivisionError as err:  # a solved divisor is 0
+                    raise Contradiction(c, str(err), self._colliding(c)) from None
                 self._record("substitute", c, f"{a!r} == {b!r}", f"{a2!r} == {b2!r}")
                 a, b = a2, b2
             for name, _, fn in RULES:
@@ -319,8 +333,14 @@ class Solver:
         one = {v: e}
         for k in list(self.subst):
             if v.name in self.subst[k].free_vars:
-                self.subst[k] = self.subst[k].subs(one)
+                try:
+                    self.subst[k] = self.subst[k].subs(one)
+                except ZeroDivisionError as err:  # k := x // v (reshape -1) with v := 0
+                    raise Contradiction(src, f"{k!r} := {self.subst[k]!r} with {v!r} := {e!r}: "
+                                        f"{err}", self._colliding(src, (k,))) from None
+                self._deps[k] |= {v}
         self.subst[v] = e
+        self._deps[v] = self._used.get(src.id, frozenset())
         self.binding_source[v] = src
         keep = []
         for r in self.residuals:

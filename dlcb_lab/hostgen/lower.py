@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..dims import Expr, Lit, Var
 from ..ir.graph import Graph, Value
 from ..kgen.coords import KernelBody
-from .program import HostBuilder, HostProgram, residual_message
+from .program import HostBuilder, HostProgram, escape, residual_message
 
 
 class CompileError(RuntimeError):
@@ -39,7 +39,7 @@ def _axis_message(g: Graph, i: int, v: Value, k: int, declared: Expr, e: Expr) -
         src = g.solver.binding_source.get(declared) if isinstance(declared, Var) else None
         if src is not None:
             why = f" because {declared!r} := {e!r} by #{src.id} {src.lhs!r} == {src.rhs!r} " \
-                  f"from {src.provenance}"
+                  f"from {escape(str(src.provenance))}"
     want = f"{e!r}" if isinstance(e, Lit) else f"{e!r} = {{want}}"
     return f"input {i} '{v.name}' axis {k}: size {{got}} != {want}{why}"
 

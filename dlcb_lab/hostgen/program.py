@@ -193,6 +193,11 @@ class HostBuilder:
                            self.n_args)
 
 
+def escape(text: str) -> str:
+    """``text`` made literal inside a message template (user source lines may hold braces)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def residual_message(c: Constraint) -> str:
     return (f"residual constraint #{c.id} violated: {c.lhs!r} == {c.rhs!r} "
-            f"(got {{got}} != {{want}}) from {c.provenance}")
+            f"(got {{got}} != {{want}}) from {escape(str(c.provenance))}")

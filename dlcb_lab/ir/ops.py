@@ -229,6 +229,7 @@ def scalar_literal(v: float, tag: str) -> tuple[str, str]:
     """(CUDA, Python) spelling of a scalar operand in a kernel of dtype ``tag``."""
     if math.isinf(v) or math.isnan(v):
         c = {"inf": "INFINITY", "-inf": "(-INFINITY)"}.get(repr(float(v)), "NAN")
-        return (c if tag == "f64" else f"((float){c})"), f"np.{tag == 'f32' and 'float32' or 'float64'}({repr(float(v))!r})"
+        py = {"inf": "np.inf", "-inf": "(-np.inf)"}.get(repr(float(v)), "np.nan")
+        return (c if tag == "f64" else f"((float){c})"), py
     r = repr(float(v))
     return (r + "f" if tag == "f32" else r), r

@@ -39,6 +39,9 @@ __device__ __forceinline__ long long dlcb_fmod(long long a, long long b) {
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
 """
 
 
@@ -167,7 +170,8 @@ def _py_stmts(stmts, tag: str, ind: str) -> list[str]:
         elif isinstance(s, Load):
             out.append(f"{ind}{s.name} = {s.buf}[{s.index}]")
         elif isinstance(s, Compute):
-            args = [f"np.{np_t}({a!r})" if isinstance(a, float) else a for a in s.args]
+            args = [f"np.{np_t}({scalar_literal(a, tag)[1]})" if isinstance(a, float) else a
+                    for a in s.args]
             out.append(f"{ind}{s.name} = np.{np_t}({OPS[s.op].py.format(*args)})")
         elif isinstance(s, AccInit):
             sum_like = REDUCTIONS[s.op][1] == "0"

@@ -1,0 +1,1 @@
+"""Benchmark harness (results are pandas DataFrames)."""

@@ -1,0 +1,163 @@
+"""Small fx-traceable modules covering DLCB's op set, shared by the end-to-end and codegen tests.
+
+Each ``Case`` names a module, how to build fresh random inputs (with negative values) for a batch
+size ``n`` (and optionally a second dynamic size ``m``), and the ``dynamic`` spec to compile with.
+Keep the modules small: every materialized value (graph output or reduction result) is one kernel,
+and on the ``cpu`` backend each kernel costs a numba compile the first time it is seen.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+
+class Unary(nn.Module):
+    """relu, neg, exp, sigmoid, tanh, abs (function, method and module spellings)."""
+
+    def __init__(self):
+        super().__init__()
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        a = torch.relu(x) + self.act(-x) * 0.5
+        b = torch.exp(torch.neg(x.abs())) * torch.sigmoid(x)
+        return a - b + torch.tanh(x).abs() - x.neg().exp().tanh()
+
+
+class Binary(nn.Module):
+    """add/sub/mul/div/maximum/minimum with broadcasting and Python scalars on both sides."""
+
+    def forward(self, x, y, z):   # x [N, 3, 5], y [3, 1], z [5]
+        a = torch.maximum(x, y) - torch.minimum(x * z, y)
+        b = x / (z.abs() + 0.5) + 1.0 / (1.0 + y.abs())
+        c = 2.0 - x + x / 3 - 3 * y + (x + 1) * 0.25 - x * 2
+        return torch.add(a, b) + torch.sub(c, torch.mul(y, z)) + torch.div(x, 4.0)
+
+
+class Worked(nn.Module):
+    """DESIGN.md's worked example: ``relu(x * y).reshape(-1, 24)``, x [N, 4, 6], y [1, 4, 1]."""
+
+    def forward(self, x, y):
+        return torch.relu(x * y).reshape(-1, 24)
+
+
+class Reshapes(nn.Module):
+    """view/reshape/flatten (incl. ``x.view(x.size(0), -1)``, ``-1`` and nn.Flatten)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flat = nn.Flatten()
+
+    def forward(self, x):   # x [N, 3, 4]
+        a = x.view(x.size(0), -1)                       # [N, 12]
+        b = self.flat(x) + torch.flatten(x, 1) * 2.0    # [N, 12]
+        c = x.reshape(x.shape[0], 4, 3).reshape(-1, 6)  # [2N, 6]
+        return a - b, torch.relu(c), torch.flatten(x).view(-1, 2) * 3.0
+
+
+class Permutes(nn.Module):
+    """permute / transpose (negative axes too), reshape after a permute, .contiguous()."""
+
+    def forward(self, x):   # x [N, 3, 4, 5]
+        p = x.permute(0, 2, 3, 1)                                   # [N, 4, 5, 3]
+        t = x.transpose(1, 3) * torch.permute(x, (0, 3, 2, 1)).neg()  # [N, 5, 4, 3]
+        f = x.transpose(-1, -2).contiguous().reshape(x.size(0), -1)  # [N, 15 * 4]
+        return p + 1.0, t, torch.transpose(f, 0, 1)
+
+
+class Reductions(nn.Module):
+    """sum / mean / amax over one, several and all axes, with and without keepdim."""
+
+    def forward(self, x):   # x [N, 4, 6]
+        return (x.sum(1), x.mean((1, 2), keepdim=True), torch.amax(x, -1, keepdim=True),
+                x.sum(), torch.mean(x, 0), x.amax(dim=(0, 2)), torch.sum(x, dim=-1, keepdim=True))
+
+
+class Softmax(nn.Module):
+    """Reductions feeding elementwise ops (a hand-written softmax and a centered norm)."""
+
+    def forward(self, x):   # x [N, T, 8]
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        c = x - x.mean(dim=1, keepdim=True)
+        return e / e.sum(-1, keepdim=True), c
+
+
+class Mixed(nn.Module):
+    """Multiple outputs mixing reshape, permute, reductions and a scalar (the demo model)."""
+
+    def forward(self, x, y):   # x [N, 4, 6], y [1, 4, 1]
+        z = torch.relu(x * y).reshape(-1, 24)
+        w = z.permute(1, 0)
+        return w.sum(dim=1, keepdim=True) + z.mean(), torch.sigmoid(z) - 1.0
+
+
+class Head(nn.Module):
+    """A classifier-head-shaped chain built from nn modules: Flatten -> ReLU -> center -> Tanh."""
+
+    def __init__(self):
+        super().__init__()
+        self.seq = nn.Sequential(nn.Flatten(), nn.ReLU(), nn.Identity())
+        self.tanh = nn.Tanh()
+
+    def forward(self, x):   # x [N, 2, 3, 4]
+        h = self.seq(x)
+        return self.tanh(h - h.mean(1, keepdim=True))
+
+
+class Nonfinite(nn.Module):
+    """Non-finite Python scalars (inf, -inf) as operands; outputs hold infinities but no NaN."""
+
+    def forward(self, x):   # x [N, 7]
+        same = torch.minimum(x, x * 0.0 + float("inf")) + torch.maximum(float("-inf") + x * 0.0, x)
+        return same, torch.exp(x * float("-inf"))
+
+
+class NanProp(nn.Module):
+    """NaN propagation (torch semantics) through maximum, minimum, relu and amax."""
+
+    def forward(self, x, y):   # x, y [N, 5]
+        return torch.maximum(x, y), torch.minimum(y, x), torch.relu(x), x.amax(1), y * float("nan")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    module: Callable[[], nn.Module]
+    make: Callable[..., tuple[torch.Tensor, ...]]   # make(n, m=None, device="cpu")
+    dynamic: dict = field(default_factory=dict)     # compile spec with the batch dim dynamic
+    dynamic2: dict | None = None                    # spec with two dynamic dims (uses ``m``)
+    m: int | None = None                            # the example's second size (for dynamic2)
+
+    def inputs(self, n: int, m: int | None = None, device: str = "cpu", dtype=torch.float32):
+        g = torch.Generator().manual_seed(1000 * n + (m or 0) + zlib.crc32(self.name.encode()) % 997)
+        return tuple(t.to(device=device, dtype=dtype) for t in self.make(n, m, g))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _r(g, *shape):
+    return torch.randn(*shape, generator=g) * 2.0   # plenty of negative values
+
+
+CASES = [
+    Case("unary", Unary, lambda n, m, g: (_r(g, n, 3, 5),), {0: {0: "N"}}),
+    Case("binary", Binary, lambda n, m, g: (_r(g, n, 3, 5), _r(g, 3, 1), _r(g, 5)),
+         {0: {0: "N"}}),
+    Case("worked", Worked, lambda n, m, g: (_r(g, n, 4, 6), _r(g, 1, 4, 1)), {0: {0: "N"}}),
+    Case("reshapes", Reshapes, lambda n, m, g: (_r(g, n, 3, 4),), {0: {0: "N"}}),
+    Case("permutes", Permutes, lambda n, m, g: (_r(g, n, 3, 4, 5),), {0: {0: "N"}}),
+    Case("reductions", Reductions, lambda n, m, g: (_r(g, n, 4, 6 if m is None else m),),
+         {0: {0: "N"}}, {0: {0: "N", 2: "W"}}, 6),
+    Case("softmax", Softmax, lambda n, m, g: (_r(g, n, 5 if m is None else m, 8),),
+         {0: {0: "N"}}, {0: {0: "N", 1: "T"}}, 5),
+    Case("mixed", Mixed, lambda n, m, g: (_r(g, n, 4, 6), _r(g, 1, 4, 1)), {0: {0: "N"}}),
+    Case("head", Head, lambda n, m, g: (_r(g, n, 2, 3, 4),), {0: {0: "N"}}),
+    Case("nonfinite", Nonfinite, lambda n, m, g: (_r(g, n, 7),), {0: {0: "N"}}),
+]
+BY_NAME = {c.name: c for c in CASES}

@@ -1,0 +1,161 @@
+"""End to end on the ``cuda`` backend (NVRTC cubins launched on CUDA tensors): each model compiled
+ONCE, called at many batch sizes, compared with torch eager on the GPU. Skipped without CUDA.
+
+Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -q -m gpu tests/test_e2e_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dlcb_lab as dl
+from dlcb_lab.runtime import nvrtc
+from dlcb_lab.runtime import thunks as thunks_mod
+
+from models import BY_NAME, CASES, NanProp
+
+pytestmark = pytest.mark.gpu
+
+NS = (1, 2, 7, 64, 1000)
+TOL = dict(rtol=1e-5, atol=1e-5)
+DEV = "cuda"
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def check_eager(case, cm, ins):
+    got = as_tuple(cm(*ins))
+    want = as_tuple(case.module()(*ins))
+    torch.cuda.synchronize()
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape, f"output {k}: shape {tuple(a.shape)} != eager {tuple(b.shape)}"
+        assert a.dtype == b.dtype and a.device == b.device
+        # outputs are freshly allocated by the thunk, so poisoning them is impossible; instead a
+        # kernel that skips elements or reads garbage shows up as NaN where eager has none
+        assert not (a.isnan() & ~b.isnan()).any(), f"output {k}: NaN where eager has none"
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"output {k}: {m}")
+
+
+class Compiled:
+    def __init__(self):
+        self._cms = {}
+
+    def get(self, case, spec="dynamic", dtype=torch.float32):
+        key = (case.name, spec, dtype)
+        if key not in self._cms:
+            dyn = {"dynamic": case.dynamic, "dynamic2": case.dynamic2, "static": False}[spec]
+            ex = case.inputs(3, case.m if spec == "dynamic2" else None, device=DEV, dtype=dtype)
+            self._cms[key] = dl.compile(case.module(), ex, dynamic=dyn, backend="cuda")
+        return self._cms[key]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return Compiled()
+
+
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_matches_eager_dynamic_batch(compiled, case, n):
+    cm = compiled.get(case)
+    s0 = cm.stats()
+    nv0 = nvrtc.nvrtc_compile_count()
+    check_eager(case, cm, case.inputs(n, device=DEV))
+    s = cm.stats()
+    assert s["compiles"] == 1 and s["thunk"] == "dynamic"
+    assert s["kernel_builds"] == s0["kernel_builds"] == s["kernels"]
+    assert s["calls"] == s0["calls"] + 1
+    assert nvrtc.nvrtc_compile_count() == nv0, "a call compiled CUDA"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.dynamic2], ids=repr)
+@pytest.mark.parametrize("n,m", [(1, 1), (2, 6), (7, 3), (64, 11), (1000, 17)])
+def test_matches_eager_two_dynamic_dims(compiled, case, n, m):
+    cm = compiled.get(case, "dynamic2")
+    check_eager(case, cm, case.inputs(n, m, device=DEV))
+    assert cm.stats()["compiles"] == 1
+
+
+def test_float64(compiled):
+    case = BY_NAME["softmax"]
+    cm = compiled.get(case, dtype=torch.float64)
+    for n in (1, 7, 1000):
+        check_eager(case, cm, case.inputs(n, device=DEV, dtype=torch.float64))
+
+
+def test_large_batch_grid_stride(compiled):
+    """More elements than one grid covers (MAX_GRID * BLOCK): the grid-stride loop must reach all."""
+    case = BY_NAME["unary"]
+    n = thunks_mod.MAX_GRID * thunks_mod.BLOCK // 15 + 3      # 15 elements per batch row
+    check_eager(case, compiled.get(case), case.inputs(n, device=DEV))
+
+
+def test_nan_propagation():
+    g = torch.Generator().manual_seed(7)
+    mk = lambda n: (torch.randn(n, 5, generator=g).to(DEV),   # noqa: E731
+                    torch.randn(n, 5, generator=g).to(DEV))
+    cm = dl.compile(NanProp(), mk(3), dynamic={0: {0: "N"}, 1: {0: "N"}}, backend="cuda")
+    x, y = mk(6)
+    x[0, 1] = x[2, 4] = y[3, 0] = y[2, 4] = float("nan")
+    for a, b in zip(cm(x, y), NanProp()(x, y)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def test_static_compile(compiled):
+    case = BY_NAME["worked"]
+    cm = compiled.get(case, "static")
+    assert cm.stats()["thunk"] == "static"
+    check_eager(case, cm, case.inputs(3, device=DEV))
+    with pytest.raises(dl.ShapeMismatch, match=r"input 0 'x' axis 0"):
+        cm(*case.inputs(4, device=DEV))
+
+
+def test_errors_before_launch(compiled, monkeypatch):
+    case = BY_NAME["mixed"]
+    cm = compiled.get(case)
+    thunk = cm.pipeline.thunks[0]
+    launches, allocs = [], []
+
+    def wrap(f):
+        def launch(*a):
+            launches.append(1)
+            return f(*a)
+        return launch
+
+    real_empty = torch.empty
+
+    def empty(*a, **kw):
+        allocs.append(1)
+        return real_empty(*a, **kw)
+
+    monkeypatch.setattr(thunk, "launchers", [wrap(f) for f in thunk.launchers])
+    monkeypatch.setattr(thunks_mod.torch, "empty", empty)
+    calls = thunk.calls
+    x, y = case.inputs(5, device=DEV)
+    with pytest.raises(dl.ShapeMismatch, match=r"input 0 'x' axis 1: size 5 != 4"):
+        cm(torch.randn(5, 5, 6, device=DEV), y)
+    with pytest.raises(dl.ShapeMismatch, match=r"input 1 'y': rank 2 != 3"):
+        cm(x, y[0])
+    with pytest.raises(ValueError, match=r"input 0 'x': on cpu, compiled for cuda"):
+        cm(x.cpu(), y)
+    with pytest.raises(TypeError, match=r"dtype torch.float64"):
+        cm(x.double(), y)
+    assert launches == [] and allocs == [] and thunk.calls == calls
+    cm(x, y)
+    assert len(launches) == len(thunk.launchers) and thunk.calls == calls + 1
+
+
+def test_residual_constraint_on_cuda():
+    class R(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(-1, 4)
+
+    cm = dl.compile(R(), (torch.randn(2, 6, device=DEV),), dynamic={0: {0: "N"}}, backend="cuda")
+    x = torch.randn(4, 6, device=DEV)
+    torch.testing.assert_close(cm(x), x.reshape(-1, 4), rtol=0, atol=0)
+    with pytest.raises(dl.ShapeMismatch, match="residual constraint"):
+        cm(torch.randn(3, 6, device=DEV))

@@ -1,0 +1,270 @@
+"""Errors: at graph construction (ShapeError naming op and axes), at compile time (a reshape that
+cannot hold, unsupported ops, bad specs) and at run time (ShapeMismatch / TypeError / ValueError
+naming the input and axis, raised by the host program BEFORE any output is allocated or kernel
+launched)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import dlcb_lab as dl
+from dlcb_lab.runtime import thunks as thunks_mod
+
+
+class AddXY(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+class Reshape4(torch.nn.Module):
+    def forward(self, x, y):   # x [N, 6] (N dynamic), y [6]
+        return (x * y).reshape(-1, 4)
+
+
+class Reshape3(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(-1, 3)
+
+
+def compile_cpu(m, ins, dynamic=False):
+    return dl.compile(m, ins, dynamic=dynamic, backend="cpu")
+
+
+# --- spies: nothing allocated, nothing launched ----------------------------------------------------
+
+class Spy:
+    """Wrap a thunk's launchers and ``torch.empty`` (as the thunk sees it) to count launches and
+    output allocations."""
+
+    def __init__(self, cm, monkeypatch):
+        self.thunk = cm.pipeline.thunks[0]
+        self.launches = 0
+        self.allocs = 0
+
+        def wrap(f):
+            def launch(*a):
+                self.launches += 1
+                return f(*a)
+            return launch
+
+        monkeypatch.setattr(self.thunk, "launchers", [wrap(f) for f in self.thunk.launchers])
+        real_empty = torch.empty
+
+        def empty(*a, **kw):
+            self.allocs += 1
+            return real_empty(*a, **kw)
+
+        monkeypatch.setattr(thunks_mod.torch, "empty", empty)
+        self.calls0 = self.thunk.calls
+
+    def assert_untouched(self):
+        assert self.launches == 0, "a kernel was launched"
+        assert self.allocs == 0, "an output was allocated"
+        assert self.thunk.calls == self.calls0
+
+
+@pytest.fixture(scope="module")
+def reshape4():
+    return compile_cpu(Reshape4(), (torch.randn(2, 6), torch.randn(6)), {0: {0: "N"}})
+
+
+@pytest.fixture(scope="module")
+def tied():
+    """x [N, 4] + y [K, 4], both dynamic: broadcasting ties K to N."""
+    return compile_cpu(AddXY(), (torch.randn(3, 4), torch.randn(3, 4)),
+                       {0: {0: "N"}, 1: {0: "K"}})
+
+
+# --- construction / compile time ------------------------------------------------------------------
+
+def test_incompatible_broadcast_names_op_and_axes():
+    with pytest.raises(dl.ShapeError) as ei:
+        compile_cpu(AddXY(), (torch.randn(2, 3), torch.randn(2, 4)), {0: {0: "N"}, 1: {0: "N"}})
+    msg = str(ei.value)
+    assert "add" in msg and "axis 1" in msg, msg
+    assert re.search(r"\b3\b", msg) and re.search(r"\b4\b", msg), msg
+    assert "x + y" in msg and "test_errors.py" in msg, f"user source line missing: {msg}"
+
+
+def test_incompatible_broadcast_static():
+    with pytest.raises(dl.ShapeError, match=r"operand 0 axis 1 with operand 1 axis 1"):
+        compile_cpu(AddXY(), (torch.randn(5, 3), torch.randn(5, 4)))
+
+
+def test_reshape_impossible_at_compile_time():
+    with pytest.raises(dl.ShapeError) as ei:
+        compile_cpu(Reshape3(), (torch.randn(4, 5),))
+    msg = str(ei.value)
+    assert "reshape" in msg and "20" in msg and "x.reshape(-1, 3)" in msg, msg
+
+
+def test_reshape_two_holes():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(-1, -1)
+
+    with pytest.raises(dl.ShapeError, match="more than one -1"):
+        compile_cpu(M(), (torch.randn(4, 5),))
+
+
+class Softmax(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, -1)
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, x):
+        return torch.matmul(x, x)
+
+
+class AddAlpha(torch.nn.Module):
+    def forward(self, x):
+        return torch.add(x, x, alpha=2)
+
+
+class Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("mod,node", [(Softmax, "softmax"), (MatMul, "matmul"),
+                                      (AddAlpha, "add"), (Linear, "lin")])
+def test_unsupported_op_names_node(mod, node):
+    with pytest.raises(dl.UnsupportedOp) as ei:
+        compile_cpu(mod(), (torch.randn(3, 3),), {0: {0: "N"}})
+    msg = str(ei.value)
+    assert f"'{node}" in msg, msg
+    assert "test_errors.py" in msg, f"user source line missing: {msg}"
+
+
+def test_unsupported_dtype_at_compile():
+    with pytest.raises(TypeError, match=r"input 'x'.*int64"):
+        compile_cpu(AddXY(), (torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64)))
+
+
+@pytest.mark.parametrize("dynamic,match", [
+    ({0: {2: "N"}}, r"input 0: dynamic axes \[2\] out of range"),
+    ({0: {0: "_N"}}, r"input 0 axis 0: dim name '_N'"),
+    ({0: {0: "numel"}}, r"dim name 'numel'"),
+    (True, r"dynamic=True needs dim names"),
+])
+def test_bad_dynamic_spec(dynamic, match):
+    with pytest.raises(ValueError, match=match):
+        compile_cpu(AddXY(), (torch.randn(2, 3), torch.randn(2, 3)), dynamic)
+
+
+def test_bad_backend_and_arity():
+    with pytest.raises(ValueError, match="backend"):
+        dl.compile(AddXY(), (torch.randn(2, 3), torch.randn(2, 3)), backend="tpu")
+    with pytest.raises(ValueError, match="takes 2 inputs, 1 examples"):
+        compile_cpu(AddXY(), (torch.randn(2, 3),))
+
+
+# --- run time: validated before anything runs -----------------------------------------------------
+
+def test_valid_call_goes_through(reshape4, monkeypatch):
+    spy = Spy(reshape4, monkeypatch)
+    x, y = torch.randn(4, 6), torch.randn(6)
+    torch.testing.assert_close(reshape4(x, y), Reshape4()(x, y))
+    assert spy.launches == 1 and spy.allocs == 1 and spy.thunk.calls == spy.calls0 + 1
+
+
+@pytest.mark.parametrize("args,exc,match", [
+    (lambda: (torch.randn(2, 7), torch.randn(6)), dl.ShapeMismatch,
+     r"input 0 'x' axis 1: size 7 != 6.*static axis"),
+    (lambda: (torch.randn(2, 6), torch.randn(5)), dl.ShapeMismatch,
+     r"input 1 'y' axis 0: size 5 != 6"),
+    (lambda: (torch.randn(2, 6, 1), torch.randn(6)), dl.ShapeMismatch,
+     r"input 0 'x': rank 3 != 2"),
+    (lambda: (torch.randn(2, 6), torch.randn(1, 6)), dl.ShapeMismatch,
+     r"input 1 'y': rank 2 != 1"),
+    (lambda: (torch.randn(2, 6, dtype=torch.float64), torch.randn(6)), TypeError,
+     r"input 0 'x': dtype torch.float64 != compiled torch.float32"),
+    (lambda: (torch.randn(2, 6), torch.randn(6, device="meta")), ValueError,
+     r"input 1 'y': on meta, compiled for cpu"),
+    (lambda: (torch.randn(2, 6),), TypeError, r"expected 2 tensor inputs \(x, y\), got 1"),
+    (lambda: (torch.randn(2, 6), torch.randn(6), torch.randn(6)), TypeError,
+     r"expected 2 tensor inputs \(x, y\), got 3"),
+    (lambda: ([[0.0] * 6] * 2, torch.randn(6)), TypeError,
+     r"input 0 'x': expected a torch.Tensor, got list"),
+])
+def test_runtime_errors_before_launch(reshape4, monkeypatch, args, exc, match):
+    spy = Spy(reshape4, monkeypatch)
+    with pytest.raises(exc, match=match):
+        reshape4(*args())
+    spy.assert_untouched()
+
+
+def test_shape_mismatch_is_a_value_error():
+    assert issubclass(dl.ShapeMismatch, ValueError)
+
+
+def test_residual_constraint(reshape4, monkeypatch):
+    """[N, 6] -> (-1, 4) needs 6N % 4 == 0: a residual constraint the host checks."""
+    p = reshape4.pipeline
+    assert len(p.residuals) == 1
+    assert p.dims.counts()["residual"] >= 1
+    torch.testing.assert_close(reshape4(torch.ones(2, 6), torch.ones(6)), torch.ones(3, 4))
+    spy = Spy(reshape4, monkeypatch)
+    with pytest.raises(dl.ShapeMismatch) as ei:
+        reshape4(torch.randn(3, 6), torch.randn(6))
+    spy.assert_untouched()
+    msg = str(ei.value)
+    assert "residual constraint" in msg and "% 2" in msg and "N" in msg, msg
+    assert "reshape" in msg and "test_errors.py" in msg, msg
+    assert reshape4(torch.randn(6, 6), torch.randn(6)).shape == (9, 4)
+
+
+def test_tied_dynamic_dims(tied, monkeypatch):
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    torch.testing.assert_close(tied(x, y), x + y)
+    names = {repr(r.expr) for r in tied.pipeline.dims.of("y")}
+    assert "N" in names and "K" not in names, names   # K := N
+    spy = Spy(tied, monkeypatch)
+    with pytest.raises(dl.ShapeMismatch) as ei:
+        tied(torch.randn(3, 4), torch.randn(5, 4))
+    spy.assert_untouched()
+    msg = str(ei.value)
+    assert "input 1 'y' axis 0" in msg and "K := N" in msg and "5" in msg and "3" in msg, msg
+
+
+class Braces(torch.nn.Module):
+    def forward(self, x, y):
+        return (x * {"s": y}["s"]).reshape(-1, 4)
+
+
+def test_braces_in_user_source_line():
+    """Messages quote the user's source line; braces in it must not break the message template."""
+    cm = compile_cpu(Braces(), (torch.randn(2, 6), torch.randn(6)), {0: {0: "N"}})
+    with pytest.raises(dl.ShapeMismatch) as ei:
+        cm(torch.randn(3, 6), torch.randn(6))
+    assert 'return (x * {"s": y}["s"]).reshape(-1, 4)' in str(ei.value)
+    # the same through the interpreter and for a tied-dimension message
+    with pytest.raises(dl.ShapeMismatch, match="residual constraint"):
+        cm.pipeline.host_program.interpret([(3, 6), (6,)])
+
+    class Tied(torch.nn.Module):
+        def forward(self, x, y):
+            return x + {"y": y}["y"]
+
+    cm = compile_cpu(Tied(), (torch.randn(2, 4), torch.randn(2, 4)), {0: {0: "N"}, 1: {0: "K"}})
+    with pytest.raises(dl.ShapeMismatch, match=r"K := N .*\{\"y\": y\}"):
+        cm(torch.randn(2, 4), torch.randn(1, 4))
+
+
+def test_static_thunk_rejects_before_launch(monkeypatch):
+    cm = compile_cpu(AddXY(), (torch.randn(2, 4), torch.randn(2, 4)))
+    assert cm.stats()["thunk"] == "static"
+    spy = Spy(cm, monkeypatch)
+    with pytest.raises(dl.ShapeMismatch, match=r"input 0 'x' axis 0: size 3 != 2"):
+        cm(torch.randn(3, 4), torch.randn(2, 4))
+    with pytest.raises(dl.ShapeMismatch, match=r"input 1 'y': rank 1 != 2"):
+        cm(torch.randn(2, 4), torch.randn(4))
+    spy.assert_untouched()
