@@ -8,9 +8,11 @@ supported set raises ``UnsupportedOp`` naming the fx node and the user's source 
 
 from __future__ import annotations
 
+import linecache
 import operator
 import os
 import re
+import sys
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -51,8 +53,28 @@ _METHODS = _UNARY | _BINARY | _REDUCE | {"view", "reshape", "flatten", "permute"
                                          "contiguous", "size"}
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
 class _Tracer(fx.Tracer):
-    record_stack_traces = True
+    """fx tracer that records the user's source line of each node (``meta["dlcb_where"]``).
+
+    fx's own ``record_stack_traces`` symbolizes whole stacks (about 1.5 s on first use); one frame
+    walk per node is enough to name the line an error should point at.
+    """
+
+    def create_node(self, *args, **kwargs):
+        node = super().create_node(*args, **kwargs)
+        f = sys._getframe(1)
+        while f is not None and (f.f_code.co_filename.startswith(_TORCH_DIR)
+                                 or f.f_code.co_filename.startswith(_OWN_DIR)):
+            f = f.f_back
+        if f is not None:
+            code = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+            node.meta["dlcb_where"] = (f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} "
+                                       f"in {f.f_code.co_name}: {code}")
+        return node
 
 
 def trace(module: nn.Module) -> fx.GraphModule:
@@ -62,14 +84,7 @@ def trace(module: nn.Module) -> fx.GraphModule:
 
 
 def _where(node: fx.Node) -> str:
-    st = node.stack_trace or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
-    # newer torch appends its own tracer frames after the user's: keep the user's frames
-    frames = [f for f in frames if not f[0].startswith(_TORCH_DIR)] or frames
-    if not frames:
-        return node.name
-    f, line, fn, code = frames[-1]
-    return f"{f.rsplit('/', 1)[-1]}:{line} in {fn}: {code.strip()}"
+    return node.meta.get("dlcb_where", node.name)
 
 
 def input_dims(example: torch.Tensor, spec: Mapping[int, str] | None, i: int) -> list[Expr]:
