@@ -16,7 +16,7 @@ from .hostgen.program import HostProgram
 from .ir.graph import Graph
 from .kgen.coords import CoordMap, KernelBody, infer_kernels
 from .kgen.emit import cuda_module, numba_module, signature
-from .runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk, cpu_launcher, cuda_launcher
+from .runtime.thunks import CpuLauncher, CudaLauncher, DynamicAOTThunk, StaticThunk, Thunk
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,9 @@ class CompiledModule:
         return out[0] if self._single else out
 
     def stats(self) -> dict[str, Any]:
+        """``compiles``: graph compiles behind this module (always 1: no recompiles);
+        ``kernel_builds``: kernel functions compiled (launch-time variants included), fixed after
+        compile; ``calls``: thunk invocations that launched."""
         return {"compiles": 1, "kernel_builds": self._kernel_builds, "calls": self._thunk.calls,
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
                 "compile_s": sum(self.pipeline.timings.values())}
@@ -159,21 +162,22 @@ def _dim_table(g: Graph) -> DimTable:
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int, list[str]]:
     """Compile all kernels of one graph as one unit. Returns (launchers, builds, sources)."""
     if backend == "cuda":
-        from .kgen.emit import cuda_kernel
+        from .kgen.emit import all_variants, cuda_kernel
         from .runtime.cuda_launch import CudaModule
         from .runtime.nvrtc import compile_cubin, device_arch
 
-        src = cuda_module(list(bodies))
-        cubin = compile_cubin(src, arch=device_arch())
-        mod = CudaModule(cubin, [b.name for b in bodies])
-        launchers = [cuda_launcher(mod.kernel(b.name, signature(b))) for b in bodies]
-        return launchers, len(bodies), [cuda_kernel(b) for b in bodies]
+        cubin = compile_cubin(cuda_module(list(bodies)), arch=device_arch())
+        mod = CudaModule(cubin, [b.name for b in all_variants(list(bodies))])
+        sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        launchers = [CudaLauncher(mod.kernel(b.name, signature(b)),
+                                  b.variant and mod.kernel(b.variant.name, signature(b.variant)), sm)
+                     for b in bodies]
+        return launchers, len(all_variants(list(bodies))), [cuda_kernel(b) for b in bodies]
     from .kgen.emit import numba_kernel
     from .runtime.numba_cpu import load_numba_module
 
-    src = numba_module(list(bodies))
-    mod, _ = load_numba_module(src)
-    launchers = [cpu_launcher(getattr(mod, b.name)) for b in bodies]
+    mod, _ = load_numba_module(numba_module(list(bodies)))
+    launchers = [CpuLauncher(getattr(mod, b.name)) for b in bodies]
     return launchers, len(bodies), [numba_kernel(b) for b in bodies]
 
 
@@ -198,7 +202,7 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     g = lower_to_ir(gm, list(example_inputs), spec)
     t["capture+solve"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    bodies = infer_kernels(g)
+    bodies = infer_kernels(g, cooperative=backend == "cuda")
     t["kgen"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     host, plan = lower(g, bodies)

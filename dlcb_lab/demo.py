@@ -29,6 +29,7 @@ def main() -> None:
     print(f"compiled once in {time.perf_counter() - t0:.2f} s ({cm.stats()['thunk']} thunk, "
           f"backend {cm.pipeline.kernels[0].backend})\n")
     p = cm.pipeline
+    print(p, "\n")
     print(p.graph, "\n")
     print(p.dims, "\n")
     print("solver trace:")

@@ -22,6 +22,7 @@ from dlcb_lab.dims import lit
 from dlcb_lab.hostgen.lower import lower
 from dlcb_lab.kgen.coords import coord_var, infer_kernels
 from dlcb_lab.kgen.emit import cuda_kernel, cuda_module, numba_kernel, numba_module
+from dlcb_lab.kgen.emit import all_variants
 from dlcb_lab.runtime.nvrtc import compile_cubin
 
 from models import BY_NAME, CASES, NanProp
@@ -33,7 +34,7 @@ def build(case, spec="dynamic", n=3, dtype=torch.float32):
     dyn = {"dynamic": case.dynamic, "dynamic2": case.dynamic2, "static": {}}[spec]
     ins = case.inputs(n, case.m if spec == "dynamic2" else None, dtype=dtype)
     g = lower_to_ir(trace(case.module()), list(ins), dyn)
-    return g, infer_kernels(g)
+    return g, infer_kernels(g, cooperative=True)
 
 
 def is_cubin(b: bytes) -> bool:
@@ -53,8 +54,8 @@ VARIANTS = [(c, "dynamic", torch.float32) for c in CASES] + \
 def test_cuda_compiles_with_nvrtc(case, spec, dtype):
     g, bodies = build(case, spec, dtype=dtype)
     src = cuda_module(bodies)
-    assert src.count("__global__") == len(bodies) >= 1
-    for b in bodies:
+    assert src.count("__global__") == len(all_variants(bodies)) >= 1
+    for b in all_variants(bodies):
         assert f'extern "C" __global__ void {b.name}(' in src
     assert is_cubin(compile_cubin(src, arch="sm_90"))
 

@@ -67,7 +67,8 @@ def test_matches_eager_dynamic_batch(compiled, case, n):
     check_eager(case, cm, case.inputs(n, device=DEV))
     s = cm.stats()
     assert s["compiles"] == 1 and s["thunk"] == "dynamic"
-    assert s["kernel_builds"] == s0["kernel_builds"] == s["kernels"]
+    variants = sum(1 + (k.body.variant is not None) for k in cm.pipeline.kernels)
+    assert s["kernel_builds"] == s0["kernel_builds"] == variants >= s["kernels"]
     assert s["calls"] == s0["calls"] + 1
     assert nvrtc.nvrtc_compile_count() == nv0, "a call compiled CUDA"
 
@@ -120,11 +121,16 @@ def test_errors_before_launch(compiled, monkeypatch):
     thunk = cm.pipeline.thunks[0]
     launches, allocs = [], []
 
-    def wrap(f):
-        def launch(*a):
+    class wrap:  # counts launches, keeps the launcher's variant choice
+        def __init__(self, f):
+            self.f = f
+
+        def choose(self, *a):
+            return self.f.choose(*a)
+
+        def __call__(self, *a):
             launches.append(1)
-            return f(*a)
-        return launch
+            return self.f(*a)
 
     real_empty = torch.empty
 
@@ -159,3 +165,16 @@ def test_residual_constraint_on_cuda():
     torch.testing.assert_close(cm(x), x.reshape(-1, 4), rtol=0, atol=0)
     with pytest.raises(dl.ShapeMismatch, match="residual constraint"):
         cm(torch.randn(3, 6, device=DEV))
+
+
+@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("name", ["reductions", "softmax", "mixed"])
+@pytest.mark.parametrize("n", [1, 7, 300, 5000])
+def test_reduction_variants(compiled, monkeypatch, name, n, variant):
+    """Both reduction kernels (thread per output, block per output) agree with eager, whatever
+    the launch-time choice would have been."""
+    case = BY_NAME[name]
+    cm = compiled.get(case)
+    assert any(k.body.variant is not None for k in cm.pipeline.kernels)
+    monkeypatch.setattr(thunks_mod.CudaLauncher, "choose", lambda self, numel, extent: variant)
+    check_eager(case, cm, case.inputs(n, device=DEV))

@@ -22,12 +22,24 @@ class BufferPlan:
 
 
 @dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel's launch: output buffer, thread count register, and per variant (index 0 the
+    thread-per-output kernel, 1 the cooperative one if any) its operands and int-param registers.
+    Operands are ``("in", i)`` (graph input i) or ``("buf", j)`` (buffer j). ``extent`` is the
+    register holding the reduced extent (reductions only), read by the variant choice."""
+
+    out: int
+    numel: int
+    variants: tuple[tuple[tuple[tuple[str, int], ...], tuple[int, ...]], ...]
+    extent: int | None
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
-    """Which registers hold what: buffer shapes, and per kernel its thread count and int params.
-    Kernel operands are ``("in", i)`` (graph input i) or ``("buf", j)`` (buffer j)."""
+    """Which registers hold what: buffer shapes, kernel launches, and the outputs."""
 
     buffers: tuple[BufferPlan, ...]
-    kernels: tuple[tuple[int, tuple[tuple[str, int], ...], int, tuple[int, ...]], ...]
+    kernels: tuple[KernelLaunch, ...]
     outputs: tuple[tuple[str, int], ...]
 
 
@@ -79,10 +91,13 @@ def lower(g: Graph, kernels: list[KernelBody]) -> tuple[HostProgram, LaunchPlan]
     in_index = {v.id: i for i, v in enumerate(g.inputs)}
     plans = []
     for kb in kernels:
-        operands = tuple(("in", in_index[v.id]) if v.id in in_index else ("buf", buf_index[v.id])
-                         for v in kb.inputs)
-        numel = hb.slot(f"{kb.name}.numel", kb.numel)
-        params = tuple(hb.slot(f"{kb.name}.{n}", e) for n, e in kb.params)
-        plans.append((buf_index[kb.out.id], operands, numel, params))
+        variants = []
+        for v in (kb,) if kb.variant is None else (kb, kb.variant):
+            operands = tuple(("in", in_index[x.id]) if x.id in in_index else ("buf", buf_index[x.id])
+                             for x in v.inputs)
+            variants.append((operands, tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params)))
+        extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)
+        plans.append(KernelLaunch(buf_index[kb.out.id], hb.slot(f"{kb.name}.numel", kb.numel),
+                                  tuple(variants), extent))
     outputs = tuple(("buf", buf_index[v.id]) for v in g.outputs)
     return hb.build(), LaunchPlan(tuple(buffers), tuple(plans), outputs)

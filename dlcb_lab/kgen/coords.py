@@ -11,13 +11,15 @@ Code that does not depend on a reduction's loop variables is hoisted out of the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import torch
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, simplify_bounded, var
 from ..dims.bounds import lower, nonneg
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import REDUCTIONS, linear_index, reduced_extents
+from ..ir.ops import linear_index, reduced_extents
 
 THREAD = var("t", 2)
 
@@ -56,9 +58,16 @@ class Compute:       # T name = op(args)   (op: IR op name; args: temp names or 
 
 @dataclass(frozen=True)
 class Loop:          # for (var = 0; var < extent; ++var) { body }
-    var: str
+    var: str         # cooperative: the block's threads split the range (var = tid; var += blockDim)
     extent: str
     body: tuple
+    cooperative: bool = False
+
+
+@dataclass(frozen=True)
+class BlockReduce:   # acc = combine of every thread's acc (valid in thread 0)
+    name: str
+    op: str
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ class Finish:        # name = acc (mean: acc / count)
 
 
 @dataclass(frozen=True)
-class Store:         # out[t] = value
+class Store:         # out[t] = value   (cooperative kernels: thread 0 of the block only)
     value: str
 
 
@@ -119,6 +128,9 @@ class KernelBody:
     numel: Expr
     stmts: tuple
     coord_map: CoordMap
+    cooperative: bool = False                # one block per output element (reductions)
+    reduce_extent: Expr | None = None        # elements reduced per output element
+    variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
 
 
 # --- inference ----------------------------------------------------------------------------------
@@ -130,8 +142,10 @@ class _Scope:
 
 
 class _Builder:
-    def __init__(self, g: Graph, root: Value, materialized: set[int], name: str, dtype: str):
+    def __init__(self, g: Graph, root: Value, materialized: set[int], name: str, dtype: str,
+                 cooperative: bool = False):
         self.g, self.root, self.mat, self.name, self.dtype = g, root, materialized, name, dtype
+        self.cooperative = cooperative
         self.dims = g.dims(root)
         self.bounds: dict[str, Expr] = {}
         self.params: dict[Expr, str] = {}
@@ -243,13 +257,26 @@ class _Builder:
             coords.append(cv)
         loops: list[tuple[str, Expr]] = []
         node = self.root.producer
+        extent = None
         if node is not None and node.op.kind == "reduce":
             exts = reduced_extents(self.g, node)
-            lvars = [loop_var(i) for i in range(len(exts))]
-            for lv, ext in zip(lvars, exts):
-                self.bounds[lv.name] = ext
-                self.loop_names.add(lv.name)
-                loops.append((lv.name, ext))
+            extent = _numel(exts)
+            if self.cooperative:   # one flat loop split across the block: r_k from rf
+                rf = loop_var("f")
+                self.bounds[rf.name] = extent
+                self.loop_names.add(rf.name)
+                loops.append((rf.name, extent))
+                lvars, stride = [], lit(1)
+                for ext in reversed(exts):
+                    lvars.append(simplify_bounded((rf // stride) % ext, self.bounds))
+                    stride = stride * ext
+                lvars.reverse()
+            else:
+                lvars = [loop_var(i) for i in range(len(exts))]
+                for lv, ext in zip(lvars, exts):
+                    self.bounds[lv.name] = ext
+                    self.loop_names.add(lv.name)
+                    loops.append((lv.name, ext))
             acc = self.tmp("acc")
             self.outer.stmts.append(AccInit(acc, node.op.name))
             self.inner = _Scope([])
@@ -258,10 +285,12 @@ class _Builder:
             self.inner.stmts.append(Accumulate(acc, node.op.name, val))
             body: tuple = tuple(self.inner.stmts)
             for name, ext in reversed(loops):
-                body = (Loop(name, self.index(ext), body),)
+                body = (Loop(name, self.index(ext), body, self.cooperative),)
             self.inner = None
             self.outer.stmts.extend(body)
-            count = self.index(_numel(exts)) if node.op.name == "mean" else ""
+            if self.cooperative:
+                self.outer.stmts.append(BlockReduce(acc, node.op.name))
+            count = self.index(extent) if node.op.name == "mean" else ""
             res = self.tmp("v")
             self.outer.stmts.append(Finish(res, node.op.name, acc, count))
         else:
@@ -270,7 +299,7 @@ class _Builder:
         cmap = CoordMap(self.root.name, tuple(out_coords), tuple(loops), tuple(self.loads))
         params = tuple((n, e) for e, n in self.params.items())
         return KernelBody(self.name, self.dtype, self.root, tuple(self.inputs.values()), params,
-                          numel, tuple(self.outer.stmts), cmap)
+                          numel, tuple(self.outer.stmts), cmap, self.cooperative, extent)
 
 
 def _is_poly_of_vars(e: Expr) -> bool:
@@ -296,14 +325,19 @@ def materialized_values(g: Graph) -> list[Value]:
         [v for v in g.inputs if v.id in out_ids]
 
 
-def infer_kernels(g: Graph) -> list[KernelBody]:
-    """One kernel per materialized value, in dependency (graph) order."""
+def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
+    """One kernel per materialized value, in dependency (graph) order. With ``cooperative``, each
+    reduction kernel also carries a block-per-output ``variant`` (for large reduced extents)."""
     mats = materialized_values(g)
     mat_ids = {v.id for v in mats}
     out = []
     for i, v in enumerate(mats):
-        tag = "f32" if str(v.dtype) == "torch.float32" else "f64"
-        out.append(_Builder(g, v, mat_ids, f"dlcb_k{i}_{_ident(v.name)}", tag).build())
+        tag = "f32" if v.dtype == torch.float32 else "f64"
+        name = f"dlcb_k{i}_{_ident(v.name)}"
+        body = _Builder(g, v, mat_ids, name, tag).build()
+        if cooperative and body.reduce_extent is not None:
+            body = replace(body, variant=_Builder(g, v, mat_ids, name + "_blk", tag, True).build())
+        out.append(body)
     return out
 
 
@@ -318,5 +352,5 @@ def needs_floor(e: FloorDiv | Mod, bounds) -> bool:
 
 
 __all__ = ["KernelBody", "CoordMap", "infer_kernels", "materialized_values", "IdxLet", "Load",
-           "Compute", "Loop", "AccInit", "Accumulate", "Finish", "Store", "REDUCTIONS",
-           "needs_floor", "Prod", "Sum"]
+           "Compute", "Loop", "AccInit", "Accumulate", "BlockReduce", "Finish", "Store",
+           "needs_floor"]

@@ -11,7 +11,8 @@ Kernel parameter order (both backends): ``out, in_<name>..., numel, <int params>
 from __future__ import annotations
 
 from ..ir.ops import OPS, REDUCTIONS, scalar_literal
-from .coords import (Accumulate, AccInit, Compute, Finish, IdxLet, KernelBody, Load, Loop, Store)
+from .coords import (Accumulate, AccInit, BlockReduce, Compute, Finish, IdxLet, KernelBody, Load,
+                     Loop, Store)
 
 _CTYPE = {"f32": "float", "f64": "double"}
 _NPTYPE = {"f32": "float32", "f64": "float64"}
@@ -42,6 +43,29 @@ __device__ __forceinline__ long long dlcb_fmod(long long a, long long b) {
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
+struct dlcb_sum {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct dlcb_max {  // NaN-propagating, like torch.amax
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;
+  }
+};
+// Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
+template <typename T, typename F>
+__device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
+  __shared__ T smem[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
+  __syncthreads();  // smem may still be read by the previous output's reduction
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < (int)((blockDim.x + 31) >> 5) ? smem[lane] : init;
+    for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
 """
 
 
@@ -64,9 +88,15 @@ def _c_arg(a, tag: str) -> str:
     return scalar_literal(a, tag)[0] if isinstance(a, float) else a
 
 
-def _c_stmts(stmts, tag: str, ind: str) -> list[str]:
+def _acc(op: str, tag: str) -> tuple[str, str]:
+    """(C type, initial value) of a reduction accumulator: sums in double, max in the dtype."""
+    if REDUCTIONS[op][1] == "0":
+        return "double", "0.0"
+    return _CTYPE[tag], "-INFINITY"
+
+
+def _c_stmts(stmts, tag: str, ind: str, coop: bool) -> list[str]:
     T = _CTYPE[tag]
-    acc_t = "double" if tag == "f64" else "float"
     out = []
     for s in stmts:
         if isinstance(s, IdxLet):
@@ -77,23 +107,28 @@ def _c_stmts(stmts, tag: str, ind: str) -> list[str]:
             args = [_c_arg(a, tag) for a in s.args]
             out.append(f"{ind}const {T} {s.name} = {OPS[s.op].cuda[tag].format(*args)};")
         elif isinstance(s, AccInit):
-            init = REDUCTIONS[s.op][1]
-            sum_like = init == "0"
-            t = "double" if sum_like else acc_t
-            v = "0.0" if sum_like else "-INFINITY"
-            out.append(f"{ind}{t} {s.name} = {v};")
+            ty, init = _acc(s.op, tag)
+            out.append(f"{ind}{ty} {s.name} = {init};")
         elif isinstance(s, Accumulate):
             comb = REDUCTIONS[s.op][2][0].format(a=s.name, v=s.value)
             out.append(f"{ind}{s.name} = {comb};")
         elif isinstance(s, Loop):
-            out.append(f"{ind}for (long long {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{")
-            out += _c_stmts(s.body, tag, ind + "  ")
+            if s.cooperative:
+                out.append(f"{ind}for (long long {s.var} = threadIdx.x; {s.var} < {s.extent}; "
+                           f"{s.var} += blockDim.x) {{")
+            else:
+                out.append(f"{ind}for (long long {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{")
+            out += _c_stmts(s.body, tag, ind + "  ", coop)
             out.append(f"{ind}}}")
+        elif isinstance(s, BlockReduce):
+            ty, init = _acc(s.op, tag)
+            fn = "dlcb_sum" if REDUCTIONS[s.op][1] == "0" else "dlcb_max"
+            out.append(f"{ind}{s.name} = dlcb_block_reduce<{ty}>({s.name}, ({ty}){init}, {fn}());")
         elif isinstance(s, Finish):
             val = f"{s.acc} / (double){s.count}" if REDUCTIONS[s.op][3] else s.acc
             out.append(f"{ind}const {T} {s.name} = ({T})({val});")
         elif isinstance(s, Store):
-            out.append(f"{ind}out[t] = {s.value};")
+            out.append(f"{ind}{'if (threadIdx.x == 0) ' if coop else ''}out[t] = {s.value};")
         else:  # pragma: no cover
             raise TypeError(s)
     return out
@@ -104,18 +139,27 @@ def cuda_kernel(k: KernelBody) -> str:
     params = [f"{T}* __restrict__ out"] + [f"const {T}* __restrict__ in_{v.name}" for v in k.inputs]
     params += ["long long numel"] + [f"long long {n}" for n, _ in k.params]
     head = [f"// {n} = {e!r}" for n, e in k.params]
-    lines = head + [f'extern "C" __global__ void {k.name}({", ".join(params)}) {{',
-                    "  const long long step = (long long)gridDim.x * blockDim.x;",
-                    "  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
-                    "t < numel; t += step) {"]
-    lines += _c_stmts(k.stmts, k.dtype, "    ")
+    if k.cooperative:
+        head.append("// one block per output element; the block's threads split the reduction")
+        loop = ["  for (long long t = blockIdx.x; t < numel; t += gridDim.x) {"]
+    else:
+        loop = ["  const long long step = (long long)gridDim.x * blockDim.x;",
+                "  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                "t < numel; t += step) {"]
+    lines = head + [f'extern "C" __global__ void {k.name}({", ".join(params)}) {{'] + loop
+    lines += _c_stmts(k.stmts, k.dtype, "    ", k.cooperative)
     lines += ["  }", "}"]
     return "\n".join(lines)
 
 
+def all_variants(kernels: list[KernelBody]) -> list[KernelBody]:
+    """Each kernel followed by its launch-time alternative, if any."""
+    return [v for k in kernels for v in ((k,) if k.variant is None else (k, k.variant))]
+
+
 def cuda_module(kernels: list[KernelBody]) -> str:
     """One translation unit for all of a compile's kernels (one NVRTC call)."""
-    return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(k) for k in kernels) + "\n"
+    return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(k) for k in all_variants(kernels)) + "\n"
 
 
 # --- numba (CPU) ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import torch
 from ..hostgen.lower import LaunchPlan
 from ..hostgen.program import HostProgram, ShapeMismatch
 
-Launcher = Callable[..., None]   # launcher(numel, out, inputs, int_params)
+Launcher = Callable[..., None]   # launcher(variant, numel, out, inputs, int_params) + .choose
 
 
 class Thunk:
@@ -58,12 +58,14 @@ class Thunk:
         dev = tensors[0].device if tensors else torch.device(self.device)
         bufs = [torch.empty([r[k] for k in b.shape_regs], dtype=b.dtype, device=dev)
                 for b in self.plan.buffers]
-        for launch, (out, operands, numel, params) in zip(self.launchers, self.plan.kernels):
-            n = r[numel]
+        for launcher, k in zip(self.launchers, self.plan.kernels):
+            n = r[k.numel]
             if n == 0:
                 continue
+            v = launcher.choose(n, r[k.extent]) if k.extent is not None else 0
+            operands, params = k.variants[v]
             ins = [tensors[j] if kind == "in" else bufs[j] for kind, j in operands]
-            launch(n, bufs[out], ins, [r[p] for p in params])
+            launcher(v, n, bufs[k.out], ins, [r[p] for p in params])
         self.calls += 1
         return tuple(bufs[j] for _, j in self.plan.outputs)
 
@@ -97,23 +99,40 @@ class StaticThunk(Thunk):
 
 # --- launchers ------------------------------------------------------------------------------------
 
-def cpu_launcher(fn) -> Launcher:
+class CpuLauncher:
     """numba kernel ``fn(out, *ins, numel, *params)`` over flat views of CPU tensors."""
 
-    def launch(numel, out, ins, params):
-        fn(out.view(-1).numpy(), *[a.view(-1).numpy() for a in ins], numel, *params)
+    def __init__(self, fn):
+        self.fn = fn
 
-    return launch
+    def choose(self, numel: int, extent: int) -> int:
+        return 0
+
+    def __call__(self, variant, numel, out, ins, params):
+        self.fn(out.view(-1).numpy(), *[a.view(-1).numpy() for a in ins], numel, *params)
 
 
 BLOCK = 256
 MAX_GRID = 1 << 16
 
 
-def cuda_launcher(kernel) -> Launcher:
-    """``CudaKernel`` ``(out, *ins, numel, *params)`` with a grid-stride launch sized from numel."""
+class CudaLauncher:
+    """``CudaKernel``s ``(out, *ins, numel, *params)``: variant 0 one thread per output element
+    (grid-stride), variant 1 (reductions) one block per output element. The cooperative variant is
+    chosen when the reduced extent is large enough to occupy a block and either the outputs alone
+    would not fill the GPU or the extent is long."""
 
-    def launch(numel, out, ins, params):
-        kernel[min(MAX_GRID, -(-numel // BLOCK)), BLOCK](out, *ins, numel, *params)
+    def __init__(self, kernel, cooperative=None, sm_count: int = 132):
+        self.kernels = (kernel, cooperative)
+        self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
 
-    return launch
+    def choose(self, numel: int, extent: int) -> int:
+        if self.kernels[1] is None or extent < 64:
+            return 0
+        return 1 if (numel < self.fill or extent >= 4096) else 0
+
+    def __call__(self, variant, numel, out, ins, params):
+        if variant:
+            self.kernels[1][min(MAX_GRID, numel), BLOCK](out, *ins, numel, *params)
+        else:
+            self.kernels[0][min(MAX_GRID, -(-numel // BLOCK)), BLOCK](out, *ins, numel, *params)

@@ -11,6 +11,29 @@ __device__ __forceinline__ long long dlcb_fmod(long long a, long long b) {
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
+struct dlcb_sum {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct dlcb_max {  // NaN-propagating, like torch.amax
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;
+  }
+};
+// Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
+template <typename T, typename F>
+__device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
+  __shared__ T smem[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
+  __syncthreads();  // smem may still be read by the previous output's reduction
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < (int)((blockDim.x + 31) >> 5) ? smem[lane] : init;
+    for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
 
 extern "C" __global__ void dlcb_k0_reshape(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel) {
   const long long step = (long long)gridDim.x * blockDim.x;
