@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .bridge.fx import lower_to_ir, trace
-from .dims import Constraint, DimKind, Expr, TraceRecord
+from .dims import Constraints, DimKind, Expr, SolverTrace
 from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
@@ -97,9 +97,9 @@ class Pipeline:
     """Every stage object of one compile."""
 
     graph: Graph
-    constraints: tuple[Constraint, ...]
-    solver_trace: tuple[TraceRecord, ...]
-    residuals: tuple[Constraint, ...]
+    constraints: Constraints
+    solver_trace: SolverTrace
+    residuals: Constraints
     dims: DimTable
     kernels: tuple[Kernel, ...]
     host_program: HostProgram

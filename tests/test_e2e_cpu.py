@@ -15,23 +15,10 @@ import dlcb_lab as dl
 from dlcb_lab.kgen.emit import numba_module
 from dlcb_lab.runtime.numba_cpu import load_numba_module
 
-from models import BY_NAME, CASES, NanProp
+from harness import TOL, Compiled, check_eager, check_nan_propagation
+from models import BY_NAME, CASES
 
 NS = (1, 2, 7, 64)
-TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-def as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
-
-
-def check_eager(case, cm, ins):
-    got, want = as_tuple(cm(*ins)), as_tuple(case.module()(*ins))
-    assert len(got) == len(want)
-    for k, (a, b) in enumerate(zip(got, want)):
-        assert a.shape == b.shape, f"output {k}: shape {tuple(a.shape)} != eager {tuple(b.shape)}"
-        assert a.dtype == b.dtype and a.device == b.device
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"output {k}: {m}")
 
 
 def dispatchers(cm):
@@ -41,24 +28,9 @@ def dispatchers(cm):
     return [getattr(mod, k.name) for k in cm.pipeline.kernels]
 
 
-class Compiled:
-    """Lazily compile each (case, spec) once per test module."""
-
-    def __init__(self):
-        self._cms = {}
-
-    def get(self, case, spec="dynamic", dtype=torch.float32):
-        key = (case.name, spec, dtype)
-        if key not in self._cms:
-            dyn = {"dynamic": case.dynamic, "dynamic2": case.dynamic2, "static": False}[spec]
-            ex = case.inputs(3, case.m if spec == "dynamic2" else None, dtype=dtype)
-            self._cms[key] = dl.compile(case.module(), ex, dynamic=dyn, backend="cpu")
-        return self._cms[key]
-
-
 @pytest.fixture(scope="module")
 def compiled():
-    return Compiled()
+    return Compiled(backend="cpu", device="cpu")
 
 
 # --- one compile, many batch sizes -----------------------------------------------------------------
@@ -113,13 +85,7 @@ def test_noncontiguous_input(compiled):
 
 def test_nan_propagation():
     """maximum/minimum/relu/amax propagate NaN like torch; a NaN scalar operand works."""
-    g = torch.Generator().manual_seed(7)
-    mk = lambda n: (torch.randn(n, 5, generator=g), torch.randn(n, 5, generator=g))  # noqa: E731
-    cm = dl.compile(NanProp(), mk(3), dynamic={0: {0: "N"}, 1: {0: "N"}}, backend="cpu")
-    x, y = mk(6)
-    x[0, 1] = x[2, 4] = y[3, 0] = y[2, 4] = float("nan")
-    for a, b in zip(cm(x, y), NanProp()(x, y)):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    check_nan_propagation(backend="cpu", device="cpu")
 
 
 def test_stats_and_no_rebuilds(compiled):

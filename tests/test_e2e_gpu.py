@@ -13,49 +13,18 @@ import dlcb_lab as dl
 from dlcb_lab.runtime import nvrtc
 from dlcb_lab.runtime import thunks as thunks_mod
 
-from models import BY_NAME, CASES, NanProp
+from harness import Compiled, Spy, check_eager, check_nan_propagation
+from models import BY_NAME, CASES
 
 pytestmark = pytest.mark.gpu
 
 NS = (1, 2, 7, 64, 1000)
-TOL = dict(rtol=1e-5, atol=1e-5)
 DEV = "cuda"
-
-
-def as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
-
-
-def check_eager(case, cm, ins):
-    got = as_tuple(cm(*ins))
-    want = as_tuple(case.module()(*ins))
-    torch.cuda.synchronize()
-    assert len(got) == len(want)
-    for k, (a, b) in enumerate(zip(got, want)):
-        assert a.shape == b.shape, f"output {k}: shape {tuple(a.shape)} != eager {tuple(b.shape)}"
-        assert a.dtype == b.dtype and a.device == b.device
-        # outputs are freshly allocated by the thunk, so poisoning them is impossible; instead a
-        # kernel that skips elements or reads garbage shows up as NaN where eager has none
-        assert not (a.isnan() & ~b.isnan()).any(), f"output {k}: NaN where eager has none"
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"output {k}: {m}")
-
-
-class Compiled:
-    def __init__(self):
-        self._cms = {}
-
-    def get(self, case, spec="dynamic", dtype=torch.float32):
-        key = (case.name, spec, dtype)
-        if key not in self._cms:
-            dyn = {"dynamic": case.dynamic, "dynamic2": case.dynamic2, "static": False}[spec]
-            ex = case.inputs(3, case.m if spec == "dynamic2" else None, device=DEV, dtype=dtype)
-            self._cms[key] = dl.compile(case.module(), ex, dynamic=dyn, backend="cuda")
-        return self._cms[key]
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    return Compiled()
+    return Compiled(backend="cuda", device=DEV)
 
 
 @pytest.mark.parametrize("n", NS)
@@ -96,14 +65,7 @@ def test_large_batch_grid_stride(compiled):
 
 
 def test_nan_propagation():
-    g = torch.Generator().manual_seed(7)
-    mk = lambda n: (torch.randn(n, 5, generator=g).to(DEV),   # noqa: E731
-                    torch.randn(n, 5, generator=g).to(DEV))
-    cm = dl.compile(NanProp(), mk(3), dynamic={0: {0: "N"}, 1: {0: "N"}}, backend="cuda")
-    x, y = mk(6)
-    x[0, 1] = x[2, 4] = y[3, 0] = y[2, 4] = float("nan")
-    for a, b in zip(cm(x, y), NanProp()(x, y)):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    check_nan_propagation(backend="cuda", device=DEV)
 
 
 def test_static_compile(compiled):
@@ -118,29 +80,7 @@ def test_static_compile(compiled):
 def test_errors_before_launch(compiled, monkeypatch):
     case = BY_NAME["mixed"]
     cm = compiled.get(case)
-    thunk = cm.pipeline.thunks[0]
-    launches, allocs = [], []
-
-    class wrap:  # counts launches, keeps the launcher's variant choice
-        def __init__(self, f):
-            self.f = f
-
-        def choose(self, *a):
-            return self.f.choose(*a)
-
-        def __call__(self, *a):
-            launches.append(1)
-            return self.f(*a)
-
-    real_empty = torch.empty
-
-    def empty(*a, **kw):
-        allocs.append(1)
-        return real_empty(*a, **kw)
-
-    monkeypatch.setattr(thunk, "launchers", [wrap(f) for f in thunk.launchers])
-    monkeypatch.setattr(thunks_mod.torch, "empty", empty)
-    calls = thunk.calls
+    spy = Spy(cm, monkeypatch)
     x, y = case.inputs(5, device=DEV)
     with pytest.raises(dl.ShapeMismatch, match=r"input 0 'x' axis 1: size 5 != 4"):
         cm(torch.randn(5, 5, 6, device=DEV), y)
@@ -150,9 +90,9 @@ def test_errors_before_launch(compiled, monkeypatch):
         cm(x.cpu(), y)
     with pytest.raises(TypeError, match=r"dtype torch.float64"):
         cm(x.double(), y)
-    assert launches == [] and allocs == [] and thunk.calls == calls
+    spy.assert_untouched()
     cm(x, y)
-    assert len(launches) == len(thunk.launchers) and thunk.calls == calls + 1
+    assert spy.launches == len(spy.thunk.launchers) and spy.thunk.calls == spy.calls0 + 1
 
 
 def test_residual_constraint_on_cuda():

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import dlcb_lab as dl
-from dlcb_lab.runtime import thunks as thunks_mod
+
+from harness import Spy
 
 
 class AddXY(torch.nn.Module):
@@ -31,46 +32,6 @@ class Reshape3(torch.nn.Module):
 
 def compile_cpu(m, ins, dynamic=False):
     return dl.compile(m, ins, dynamic=dynamic, backend="cpu")
-
-
-# --- spies: nothing allocated, nothing launched ----------------------------------------------------
-
-class Spy:
-    """Wrap a thunk's launchers and ``torch.empty`` (as the thunk sees it) to count launches and
-    output allocations."""
-
-    def __init__(self, cm, monkeypatch):
-        self.thunk = cm.pipeline.thunks[0]
-        self.launches = 0
-        self.allocs = 0
-
-        spy = self
-
-        class wrap:  # counts launches, keeps the launcher's variant choice
-            def __init__(self, f):
-                self.f = f
-
-            def choose(self, *a):
-                return self.f.choose(*a)
-
-            def __call__(self, *a):
-                spy.launches += 1
-                return self.f(*a)
-
-        monkeypatch.setattr(self.thunk, "launchers", [wrap(f) for f in self.thunk.launchers])
-        real_empty = torch.empty
-
-        def empty(*a, **kw):
-            self.allocs += 1
-            return real_empty(*a, **kw)
-
-        monkeypatch.setattr(thunks_mod.torch, "empty", empty)
-        self.calls0 = self.thunk.calls
-
-    def assert_untouched(self):
-        assert self.launches == 0, "a kernel was launched"
-        assert self.allocs == 0, "an output was allocated"
-        assert self.thunk.calls == self.calls0
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,14 @@
 """Dimension expressions, constraints and the fixed-point solver (paper §3)."""
 
 from .bounds import simplify as simplify_bounded
-from .constraints import Constraint, Contradiction, Provenance, ShapeError
+from .constraints import Constraint, Constraints, Contradiction, Provenance, ShapeError
 from .expr import (Expr, ExprLike, FloorDiv, Lit, Mod, Prod, Shape, Sum, Var, as_expr, lit, prod,
                    shape, var)
-from .solver import RULES, DimKind, Solution, Solver, TraceRecord, solve
+from .solver import RULES, DimKind, Solution, Solver, SolverTrace, TraceRecord, solve
 
 __all__ = [
     "Expr", "ExprLike", "FloorDiv", "Lit", "Mod", "Prod", "Shape", "Sum", "Var", "as_expr", "lit",
     "prod", "shape", "var", "Constraint", "Contradiction", "Provenance", "ShapeError", "RULES",
-    "DimKind", "Solution", "Solver", "TraceRecord", "solve", "simplify_bounded",
+    "DimKind", "Solution", "Solver", "SolverTrace", "TraceRecord", "solve", "simplify_bounded",
+    "Constraints",
 ]

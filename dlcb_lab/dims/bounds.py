@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .expr import Expr, FloorDiv, Lit, Mod, Prod, Shape, Sum, Var, lit, prod
+from .expr import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, rebuild
 
 Bounds = Mapping[str, Expr]
 
@@ -80,26 +80,19 @@ def simplify(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
     done = memo.get(e)
     if done is not None:
         return done
-    if isinstance(e, (Lit, Var)):
-        out = e
-    elif isinstance(e, Prod):
-        out = prod(simplify(f, b, memo) for f in e.factors)
-    elif isinstance(e, Sum):
-        out = _recombine(lit(e.const) + sum((simplify(m, b, memo) * c for m, c in e.terms), lit(0)))
-    elif isinstance(e, (FloorDiv, Mod)):
-        num, den = simplify(e.num, b, memo), simplify(e.den, b, memo)
+    def rec(x: Expr) -> Expr:
+        return simplify(x, b, memo)
+
+    if isinstance(e, (FloorDiv, Mod)):
+        num, den = rec(e.num), rec(e.den)
         if in_range(num, den, b):
             out = lit(0) if isinstance(e, FloorDiv) else num
         else:
             out = num // den if isinstance(e, FloorDiv) else num % den
             if out is not e and isinstance(out, (Sum, FloorDiv, Mod)):
-                out = simplify(out, b, memo)
-    elif isinstance(e, Shape):
-        from .expr import shape
-
-        out = shape(simplify(x, b, memo) for x in e.items)
-    else:  # pragma: no cover
-        raise TypeError(type(e))
+                out = rec(out)
+    else:
+        out = _recombine(rebuild(e, rec))
     memo[e] = out
     return out
 

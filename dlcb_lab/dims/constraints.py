@@ -43,6 +43,20 @@ class Constraint:
         return self.lhs.evaluate(env) == self.rhs.evaluate(env)
 
 
+class Constraints(tuple):
+    """An ordered collection of ``Constraint``s (one per line when printed)."""
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([(c.id, repr(c.lhs), repr(c.rhs), c.provenance.op, c.provenance.node,
+                              c.provenance.detail, c.provenance.where) for c in self],
+                            columns=["id", "lhs", "rhs", "op", "node", "detail", "where"])
+
+    def __repr__(self) -> str:
+        return "\n".join([f"Constraints: {len(self)}"] + [f"  {c!r}" for c in self])
+
+
 class ShapeError(ValueError):
     """An op's operand shapes are incompatible (raised while the graph is built)."""
 

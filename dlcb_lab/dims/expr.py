@@ -304,11 +304,11 @@ class Sum(Expr):
         return (self.const, self.terms)
 
 
-class FloorDiv(Expr):
-    """``num // den`` (floor division; ``den > 0``)."""
+class _DivMod(Expr):
+    """Shared body of ``FloorDiv`` and ``Mod`` (``den > 0``)."""
 
     __slots__ = ("num", "den")
-    _order = 4
+    _sym = ""
 
     def children(self):
         return (self.num, self.den)
@@ -317,51 +317,45 @@ class FloorDiv(Expr):
         d = self.den.evaluate(env)
         if d <= 0:
             raise ZeroDivisionError(f"{self!r}: divisor {self.den!r} = {d} is not positive")
-        return self.num.evaluate(env) // d
+        n = self.num.evaluate(env)
+        return n // d if type(self) is FloorDiv else n % d
+
+    def pretty(self, prec=0):
+        s = f"{self.num.pretty(3)} {self._sym} {self.den.pretty(3)}"
+        return f"({s})" if prec > 1 else s
+
+    def _rebuild_args(self):
+        return (self.num, self.den)
+
+
+class FloorDiv(_DivMod):
+    """``num // den`` (floor division; ``den > 0``)."""
+
+    __slots__ = ()
+    _order = 4
+    _sym = "//"
 
     def to_sympy(self):
         import sympy
 
         return sympy.floor(self.num.to_sympy() / self.den.to_sympy())
 
-    def pretty(self, prec=0):
-        s = f"{self.num.pretty(3)} // {self.den.pretty(3)}"
-        return f"({s})" if prec > 1 else s
-
-    def _rebuild_args(self):
-        return (self.num, self.den)
-
     @staticmethod
     def make(num: Expr, den: Expr) -> Expr:
         return _divmod(num, den, FloorDiv)
 
 
-class Mod(Expr):
+class Mod(_DivMod):
     """``num % den`` (non-negative remainder; ``den > 0``)."""
 
-    __slots__ = ("num", "den")
+    __slots__ = ()
     _order = 5
-
-    def children(self):
-        return (self.num, self.den)
-
-    def evaluate(self, env):
-        d = self.den.evaluate(env)
-        if d <= 0:
-            raise ZeroDivisionError(f"{self!r}: divisor {self.den!r} = {d} is not positive")
-        return self.num.evaluate(env) % d
+    _sym = "%"
 
     def to_sympy(self):
         import sympy
 
         return sympy.Mod(self.num.to_sympy(), self.den.to_sympy())
-
-    def pretty(self, prec=0):
-        s = f"{self.num.pretty(3)} % {self.den.pretty(3)}"
-        return f"({s})" if prec > 1 else s
-
-    def _rebuild_args(self):
-        return (self.num, self.den)
 
     @staticmethod
     def make(num: Expr, den: Expr) -> Expr:
@@ -572,6 +566,26 @@ def _atom(kind: type, num: Expr, den: Expr) -> Expr:
     return _intern(kind, (num, den), init)
 
 
+def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
+    """``e`` with each child replaced by ``f(child)``, re-canonicalized."""
+    if isinstance(e, (Lit, Var)):
+        return e
+    if isinstance(e, Prod):
+        return prod(f(x) for x in e.factors)
+    if isinstance(e, Sum):
+        out: Expr = lit(e.const)
+        for m, c in e.terms:
+            out = out + f(m) * c
+        return out
+    if isinstance(e, FloorDiv):
+        return f(e.num) // f(e.den)
+    if isinstance(e, Mod):
+        return f(e.num) % f(e.den)
+    if isinstance(e, Shape):
+        return shape(f(x) for x in e.items)
+    raise TypeError(type(e))  # pragma: no cover
+
+
 def _subs(e: Expr, mapping: Mapping[Expr, Expr], memo: dict) -> Expr:
     hit = mapping.get(e)
     if hit is not None:
@@ -579,24 +593,9 @@ def _subs(e: Expr, mapping: Mapping[Expr, Expr], memo: dict) -> Expr:
     if isinstance(e, (Lit, Var)):
         return e
     done = memo.get(e)
-    if done is not None:
-        return done
-    if isinstance(e, Prod):
-        out = prod(_subs(f, mapping, memo) for f in e.factors)
-    elif isinstance(e, Sum):
-        out = lit(e.const)
-        for m, c in e.terms:
-            out = out + _subs(m, mapping, memo) * c
-    elif isinstance(e, FloorDiv):
-        out = _subs(e.num, mapping, memo) // _subs(e.den, mapping, memo)
-    elif isinstance(e, Mod):
-        out = _subs(e.num, mapping, memo) % _subs(e.den, mapping, memo)
-    elif isinstance(e, Shape):
-        out = shape(_subs(x, mapping, memo) for x in e.items)
-    else:  # pragma: no cover
-        raise TypeError(type(e))
-    memo[e] = out
-    return out
+    if done is None:
+        done = memo[e] = rebuild(e, lambda x: _subs(x, mapping, memo))
+    return done
 
 
 def gcd_of(p: Expr) -> int:

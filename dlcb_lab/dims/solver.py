@@ -15,10 +15,10 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from typing import Callable, Iterable, Mapping
 
-from .constraints import Constraint, Contradiction, Provenance
+from .constraints import Constraint, Constraints, Contradiction, Provenance
 from .expr import (Expr, ExprLike, Lit, Prod, Shape, Sum, Var, _as_poly, _poly_to_expr, as_expr,
                    gcd_of, lit, prod)
 
@@ -27,6 +27,13 @@ class DimKind(enum.Enum):
     LITERAL = "literal"    # baked into generated code
     NAMED = "named"        # a runtime kernel parameter
     RESIDUAL = "residual"  # computed by the host program
+
+
+def kind_of(resolved: Expr) -> DimKind:
+    """Classification of a dimension after substitution."""
+    if isinstance(resolved, Lit):
+        return DimKind.LITERAL
+    return DimKind.NAMED if isinstance(resolved, Var) else DimKind.RESIDUAL
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,29 @@ class TraceRecord:
     before: str
     after: str
     t_ns: int
+
+    def __repr__(self) -> str:
+        return f"{self.step:>4} #{self.constraint_id:<3} {self.rule:<22} {self.before}  ->  {self.after}"
+
+
+class SolverTrace(tuple):
+    """The ordered rule applications of a solve (a tuple of ``TraceRecord``)."""
+
+    def rule_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self:
+            out[t.rule] = out.get(t.rule, 0) + 1
+        return out
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([astuple(t) for t in self],
+                            columns=["step", "rule", "constraint_id", "before", "after", "t_ns"])
+
+    def __repr__(self) -> str:
+        return "\n".join([f"SolverTrace: {len(self)} rule applications {self.rule_counts()}"]
+                         + [repr(t) for t in self])
 
 
 # --- rule outcomes ------------------------------------------------------------------------------
@@ -171,25 +201,17 @@ def _r_collect(a, b):
 
 
 def _r_solve(a, b):
-    # v*m + e == 0  ->  v := -e // m   (+ host check -e % m == 0 unless m == ±1)
+    # v*m + e == 0  ->  v := -e // m   (+ host check -e % m == 0 unless m divides e)
     d = _diff(a, b)
-    free = [x for x in _vars_of(d)]
-    for v in sorted((x for x in free if x.rank < 2), key=lambda x: (x.rank, -x.serial)):
+    for v in sorted((x for x in _vars_of(d) if x.rank < 2), key=lambda x: (x.rank, -x.serial)):
         split = _linear_split(d, v)
         if split is None:
             continue
         m, e = split
-        if m.is_lit(1):
-            return _Bind(v, -e)
-        if m.is_lit(-1):
-            return _Bind(v, e)
-        if isinstance(m, Lit) or isinstance(m, Sum):
-            if (isinstance(m, Lit) and m.value < 0) or (isinstance(m, Sum) and m.terms[0][1] < 0):
-                m, e = -m, -e
-        neg_e = -e
-        q = neg_e // m
-        side = neg_e % m
-        if v.rank == 0 or side.is_lit(0):
+        if (m.value if isinstance(m, Lit) else m.terms[0][1] if isinstance(m, Sum) else 1) < 0:
+            m, e = -m, -e
+        q, side = (-e) // m, (-e) % m
+        if v.rank == 0 or side.is_lit(0):   # a user dim is never defined by a division
             return _Bind(v, q, () if side.is_lit(0) else (side,))
     return None
 
@@ -248,16 +270,11 @@ class Solver:
         return e.subs(self.subst) if self.subst and (e.free_vars & self._solved_names()) else e
 
     def classify(self, e: Expr) -> DimKind:
-        r = self.resolve(e)
-        if isinstance(r, Lit):
-            return DimKind.LITERAL
-        if isinstance(r, Var):
-            return DimKind.NAMED
-        return DimKind.RESIDUAL
+        return kind_of(self.resolve(e))
 
     def solution(self) -> "Solution":
-        return Solution(dict(self.subst), tuple(self.residuals), tuple(self.trace),
-                        tuple(self.constraints))
+        return Solution(dict(self.subst), Constraints(self.residuals), SolverTrace(self.trace),
+                        Constraints(self.constraints))
 
     # -- internals ------------------------------------------------------------------------------
     def _solved_names(self) -> frozenset[str]:
@@ -361,15 +378,10 @@ class Solution:
         return e.subs(self.subst)
 
     def classify(self, e: Expr) -> DimKind:
-        r = self.resolve(e)
-        return DimKind.LITERAL if isinstance(r, Lit) else DimKind.NAMED if isinstance(r, Var) \
-            else DimKind.RESIDUAL
+        return kind_of(self.resolve(e))
 
     def rule_counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in self.trace:
-            out[t.rule] = out.get(t.rule, 0) + 1
-        return out
+        return SolverTrace(self.trace).rule_counts()
 
     def __repr__(self) -> str:
         lines = [f"Solution: {len(self.subst)} solved, {len(self.residuals)} residual, "

@@ -206,17 +206,20 @@ def _reverse_reduce(g: "Graph", node: "Node", coords: Coords, *, loops: Coords =
     return [out]
 
 
-# name, reference, accumulator init (by dtype tag), combine (CUDA, Python), finish on the count
-REDUCTIONS = {
-    "sum": (lambda x, dims, keepdim: torch.sum(x, dim=dims, keepdim=keepdim),
-            "0", ("{a} + {v}", "{a} + {v}"), False),
-    "mean": (lambda x, dims, keepdim: torch.mean(x, dim=dims, keepdim=keepdim),
-             "0", ("{a} + {v}", "{a} + {v}"), True),
-    "amax": (lambda x, dims, keepdim: torch.amax(x, dim=dims, keepdim=keepdim),
-             "-inf", ("(({v} > {a} || {v} != {v}) ? {v} : {a})", "_max({v}, {a})"), False),
-}
-for _name, (_ref, _init, _comb, _mean) in REDUCTIONS.items():
-    _register(OpDef(_name, "reduce", _infer_reduce, _reverse_reduce, _ref))
+@dataclass(frozen=True)
+class Reduction:
+    """Scalar semantics of a reduction: ``combine`` is ``"sum"`` (accumulated in double, from 0)
+    or ``"max"`` (NaN-propagating, from -inf, in the dtype); ``mean`` divides by the count."""
+
+    combine: str
+    mean: bool = False
+
+
+REDUCTIONS = {"sum": Reduction("sum"), "mean": Reduction("sum", mean=True),
+              "amax": Reduction("max")}
+for _name, _torch_fn in (("sum", torch.sum), ("mean", torch.mean), ("amax", torch.amax)):
+    _register(OpDef(_name, "reduce", _infer_reduce, _reverse_reduce,
+                    lambda x, dims, keepdim, _f=_torch_fn: _f(x, dim=dims, keepdim=keepdim)))
 
 
 def reduced_extents(g: "Graph", node: "Node") -> list[Expr]:

@@ -1,4 +1,5 @@
 // N = N
+// one thread per output element
 extern "C" __global__ void dlcb_k0_sum_1(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel, long long N) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {
@@ -11,7 +12,7 @@ extern "C" __global__ void dlcb_k0_sum_1(float* __restrict__ out, const float* _
       const float x3 = in_x[i2];
       const float v6 = (x3 * x5);
       const float v7 = (v6 < 0.0f ? 0.0f : v6);
-      acc1 = acc1 + v7;
+      acc1 += v7;
     }
     const float v8 = (float)(acc1);
     out[t] = v8;

@@ -1,0 +1,102 @@
+"""Helpers shared by the end-to-end and error tests: eager comparison, a per-module compile cache
+(parametrized by backend and device) and a spy that counts kernel launches and output allocations."""
+
+from __future__ import annotations
+
+import torch
+
+import dlcb_lab as dl
+from dlcb_lab.runtime import thunks as thunks_mod
+
+from models import NanProp
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def check_eager(case, cm, ins):
+    """Call ``cm`` and the eager module on ``ins`` and compare every output (shape, dtype, device,
+    values). Synchronizes first when the outputs live on a CUDA device."""
+    got = as_tuple(cm(*ins))
+    want = as_tuple(case.module()(*ins))
+    if any(t.is_cuda for t in got + want):
+        torch.cuda.synchronize()
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape, f"output {k}: shape {tuple(a.shape)} != eager {tuple(b.shape)}"
+        assert a.dtype == b.dtype and a.device == b.device
+        # outputs are freshly allocated by the thunk, so poisoning them is impossible; instead a
+        # kernel that skips elements or reads garbage shows up as NaN where eager has none
+        assert not (a.isnan() & ~b.isnan()).any(), f"output {k}: NaN where eager has none"
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"output {k}: {m}")
+
+
+def check_nan_propagation(backend, device):
+    """Compile ``NanProp`` for ``backend`` and compare with eager on inputs holding NaNs."""
+    g = torch.Generator().manual_seed(7)
+    mk = lambda n: (torch.randn(n, 5, generator=g).to(device),   # noqa: E731
+                    torch.randn(n, 5, generator=g).to(device))
+    cm = dl.compile(NanProp(), mk(3), dynamic={0: {0: "N"}, 1: {0: "N"}}, backend=backend)
+    x, y = mk(6)
+    x[0, 1] = x[2, 4] = y[3, 0] = y[2, 4] = float("nan")
+    for a, b in zip(cm(x, y), NanProp()(x, y)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+class Compiled:
+    """Lazily compile each (case, spec, dtype) once, for one backend and device."""
+
+    def __init__(self, backend="cpu", device="cpu"):
+        self.backend = backend
+        self.device = device
+        self._cms = {}
+
+    def get(self, case, spec="dynamic", dtype=torch.float32):
+        key = (case.name, spec, dtype)
+        if key not in self._cms:
+            dyn = {"dynamic": case.dynamic, "dynamic2": case.dynamic2, "static": False}[spec]
+            ex = case.inputs(3, case.m if spec == "dynamic2" else None, device=self.device,
+                             dtype=dtype)
+            self._cms[key] = dl.compile(case.module(), ex, dynamic=dyn, backend=self.backend)
+        return self._cms[key]
+
+
+class Spy:
+    """Wrap a thunk's launchers and ``torch.empty`` (as the thunk sees it) to count launches and
+    output allocations."""
+
+    def __init__(self, cm, monkeypatch):
+        self.thunk = cm.pipeline.thunks[0]
+        self.launches = 0
+        self.allocs = 0
+
+        spy = self
+
+        class wrap:  # counts launches, keeps the launcher's variant choice
+            def __init__(self, f):
+                self.f = f
+
+            def choose(self, *a):
+                return self.f.choose(*a)
+
+            def __call__(self, *a):
+                spy.launches += 1
+                return self.f(*a)
+
+        monkeypatch.setattr(self.thunk, "launchers", [wrap(f) for f in self.thunk.launchers])
+        real_empty = torch.empty
+
+        def empty(*a, **kw):
+            self.allocs += 1
+            return real_empty(*a, **kw)
+
+        monkeypatch.setattr(thunks_mod.torch, "empty", empty)
+        self.calls0 = self.thunk.calls
+
+    def assert_untouched(self):
+        assert self.launches == 0, "a kernel was launched"
+        assert self.allocs == 0, "an output was allocated"
+        assert self.thunk.calls == self.calls0
