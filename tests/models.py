@@ -161,3 +161,76 @@ CASES = [
     Case("nonfinite", Nonfinite, lambda n, m, g: (_r(g, n, 7),), {0: {0: "N"}}),
 ]
 BY_NAME = {c.name: c for c in CASES}
+
+
+# --- random op chains (property tests) ------------------------------------------------------------
+
+def _chain_ops():
+    """name -> (applicable(rest), code(h, x, rest) -> h', new rest). ``rest``: h's non-leading
+    dims (plain ints: ``h.dim()`` is a Proxy under fx tracing).
+
+    Every op keeps numel (so ``x.reshape(h.shape)`` is always valid) and keeps values bounded, so
+    float32 results stay comparable with eager at 1e-5."""
+    every = lambda r: True   # noqa: E731
+    same = lambda r: r       # noqa: E731
+    ops = {
+        "relu": (every, lambda h, x, r: torch.relu(h), same),
+        "neg": (every, lambda h, x, r: -h, same),
+        "expneg": (every, lambda h, x, r: torch.exp(-h.abs()), same),
+        "sigmoid": (every, lambda h, x, r: torch.sigmoid(h), same),
+        "tanh": (every, lambda h, x, r: h.tanh(), same),
+        "abs": (every, lambda h, x, r: torch.abs(h), same),
+        "add_s": (every, lambda h, x, r: h + 1.5, same),
+        "rsub_s": (every, lambda h, x, r: 2.0 - h, same),
+        "mul_s": (every, lambda h, x, r: -0.5 * h, same),
+        "div_s": (every, lambda h, x, r: h / 3, same),
+        "rdiv_s": (every, lambda h, x, r: 1.0 / (1.0 + h.abs()), same),
+        "add_x": (every, lambda h, x, r: h + x.reshape(h.shape), same),
+        "sub_x": (every, lambda h, x, r: torch.sub(x.reshape(h.shape), h), same),
+        "mul_x": (every, lambda h, x, r: h * torch.tanh(x.reshape(h.shape)), same),
+        "div_x": (every, lambda h, x, r: h / (x.reshape(h.shape).abs() + 1.0), same),
+        "max_x": (every, lambda h, x, r: torch.maximum(h, x.reshape(h.shape)), same),
+        "min_x": (every, lambda h, x, r: torch.minimum(x.reshape(h.shape), h), same),
+        "center": (every, lambda h, x, r: h - h.mean(-1, keepdim=True), same),
+        "scale": (every, lambda h, x, r: h / (h.abs().amax(1, keepdim=True) + 1.0), same),
+        "norm_all": (every, lambda h, x, r: h / (1.0 + h.abs().sum(
+            dim=tuple(range(1, len(r) + 1)), keepdim=True)), same),
+        "bmax": (every, lambda h, x, r: h - h.amax(0, keepdim=True), same),
+        "transpose": (lambda r: len(r) >= 2, lambda h, x, r: h.transpose(-1, -2),
+                      lambda r: (*r[:-2], r[-1], r[-2])),
+        "flatten": (lambda r: len(r) >= 2, lambda h, x, r: h.flatten(1), lambda r: (_prod(r),)),
+        "split": (lambda r: len(r) == 1 and r[0] % 4 == 0,
+                  lambda h, x, r: h.view(h.size(0), 4, -1), lambda r: (4, r[0] // 4)),
+        "fold": (lambda r: len(r) >= 2, lambda h, x, r: h.reshape(-1, h.shape[-1]),
+                 lambda r: (r[-1],)),
+        "restore": (every, lambda h, x, r: h.reshape(x.shape), lambda r: (4, 6)),
+    }
+    return ops
+
+
+def _prod(r):
+    p = 1
+    for d in r:
+        p *= d
+    return p
+
+
+CHAIN_OPS = _chain_ops()
+
+
+class Chain(torch.nn.Module):
+    def __init__(self, names):
+        super().__init__()
+        rest, self.names, self.steps = (4, 6), [], []
+        for nm in names:   # keep the ops that apply to the current shape
+            ok, _, nxt = CHAIN_OPS[nm]
+            if ok(rest):
+                self.names.append(nm)
+                self.steps.append((nm, rest))
+                rest = nxt(rest)
+
+    def forward(self, x):
+        h = x
+        for nm, rest in self.steps:
+            h = CHAIN_OPS[nm][1](h, x, rest)
+        return h

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dlcb_lab as dl
 from dlcb_lab.runtime import nvrtc
 from dlcb_lab.runtime import thunks as thunks_mod
 
 from harness import Compiled, Spy, check_eager, check_nan_propagation
-from models import BY_NAME, CASES
+from models import BY_NAME, CASES, CHAIN_OPS, Chain
 
 pytestmark = pytest.mark.gpu
 
@@ -118,3 +120,22 @@ def test_reduction_variants(compiled, monkeypatch, name, n, variant):
     assert any(k.body.variant is not None for k in cm.pipeline.kernels)
     monkeypatch.setattr(thunks_mod.CudaLauncher, "choose", lambda self, numel, extent: variant)
     check_eager(case, cm, case.inputs(n, device=DEV))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.sampled_from(sorted(CHAIN_OPS)), min_size=1, max_size=8))
+def test_random_chains_cuda(names):
+    """Random op chains compiled once (NVRTC is cheap, so many more than on the CPU), checked at
+    batch sizes that take both reduction variants."""
+    m = Chain(names)
+    g = torch.Generator().manual_seed(len(names))
+    cm = dl.compile(m, (torch.randn(3, 4, 6, generator=g).to(DEV),), dynamic={0: {0: "N"}},
+                    backend="cuda")
+    for n in (1, 2, 9, 700, 5000):
+        x = torch.randn(n, 4, 6, generator=g).to(DEV)
+        got, want = cm(x), m(x)
+        assert got.shape == want.shape, m.names
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+                                   msg=lambda s: f"{m.names} N={n}: {s}")
+    assert cm.stats()["calls"] == 5 and cm.stats()["compiles"] == 1

@@ -1,0 +1,98 @@
+"""Memory-bound subgraphs at ImageNet-like sizes: DLCB (one dynamic-batch compile) vs eager and
+``torch.compile(dynamic=True)``. Reports median ms per call and effective GB/s (bytes of each
+input read once plus each output written once).
+
+    python -m dlcb_lab.bench.bandwidth [--backend cuda] [--out results.csv] [--no-inductor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import dlcb_lab as dl
+
+from .overhead import _median_ms
+
+
+class BiasReLU(torch.nn.Module):          # broadcast [1, C, 1, 1] operands, fused elementwise
+    def forward(self, x, s, b):
+        return torch.relu(x * s + b)
+
+
+class ToNHWC(torch.nn.Module):            # layout change: permute + scale
+    def forward(self, x, s, b):
+        return (x * s).permute(0, 2, 3, 1).reshape(x.size(0), -1, x.size(1))
+
+
+class GlobalPool(torch.nn.Module):        # reduction over H, W
+    def forward(self, x, s, b):
+        return (x * s + b).mean(dim=(2, 3))
+
+
+class Softmax(torch.nn.Module):           # reduction + broadcast back (two passes)
+    def forward(self, x, s, b):
+        h = x.flatten(2)
+        e = torch.exp(h - h.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+
+MODELS = {"bias_relu": BiasReLU, "to_nhwc": ToNHWC, "global_pool": GlobalPool, "softmax": Softmax}
+
+
+def run(backend="auto", batches=(1, 8, 32), chw=(64, 56, 56), with_inductor=True, reps=100):
+    import pandas as pd
+
+    dev = "cuda" if (backend == "cuda" or (backend == "auto" and torch.cuda.is_available())) \
+        else "cpu"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    c, h, w = chw
+    s, b = torch.randn(1, c, 1, 1, device=dev), torch.randn(1, c, 1, 1, device=dev)
+    rows = []
+    for name, cls in MODELS.items():
+        m = cls()
+        t0 = time.perf_counter()
+        cm = dl.compile(m, (torch.randn(2, c, h, w, device=dev), s, b), dynamic={0: {0: "N"}},
+                        backend=backend)
+        rows.append((name, "dlcb", 0, "compile_s", time.perf_counter() - t0))
+        tc = torch.compile(m, dynamic=True) if with_inductor else None
+        for n in batches:
+            x = torch.randn(n, c, h, w, device=dev)
+            want = m(x, s, b)
+            torch.testing.assert_close(cm(x, s, b), want, rtol=1e-5, atol=1e-5)
+            nbytes = (x.numel() + want.numel() + 2 * c) * x.element_size()
+            systems = [("eager", lambda: m(x, s, b)), ("dlcb", lambda: cm(x, s, b))]
+            if tc is not None:
+                t0 = time.perf_counter()
+                tc(x, s, b)
+                sync()
+                rows.append((name, "torch.compile", n, "first_call_s", time.perf_counter() - t0))
+                systems.append(("torch.compile", lambda: tc(x, s, b)))
+            for sysname, fn in systems:
+                ms = _median_ms(fn, sync, reps=reps, warmup=10)
+                rows.append((name, sysname, n, "ms", ms))
+                rows.append((name, sysname, n, "GB/s", nbytes / ms / 1e6))
+    return pd.DataFrame(rows, columns=["model", "system", "batch", "metric", "value"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--small", action="store_true", help="tiny sizes (a CPU smoke run)")
+    a = ap.parse_args()
+    kw = dict(batches=(1, 2), chw=(4, 8, 8), reps=5) if a.small else {}
+    df = run(a.backend, with_inductor=not a.no_inductor, **kw)
+    if a.out:
+        df.to_csv(a.out, index=False)
+    ms = df[df.metric.isin(["ms", "GB/s"])]
+    print(ms.pivot_table(index=["model", "batch"], columns=["metric", "system"],
+                         values="value").round(3).to_string())
+    print(df[df.metric.isin(["compile_s", "first_call_s"])].to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
