@@ -26,6 +26,7 @@ demo: setup
 	$(PY) -m dlcb_lab.demo
 
 test: setup
+	$(VENV)/bin/ruff check dlcb_lab tests
 	$(PY) -m pytest -q -n 2 tests
 
 test-slow: setup

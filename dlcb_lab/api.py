@@ -15,7 +15,8 @@ from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
 from .kgen.coords import CoordMap, KernelBody, infer_kernels
-from .kgen.emit import cuda_module, numba_module, signature
+from .kgen.emit import (all_variants, cuda_kernel, cuda_module, numba_kernel, numba_module,
+                        signature)
 from .runtime.thunks import CpuLauncher, CudaLauncher, DynamicAOTThunk, StaticThunk, Thunk
 
 
@@ -65,7 +66,11 @@ class Kernel:
 
     body: KernelBody
     backend: str
-    source: str
+
+    @property
+    def source(self) -> str:
+        """Source in the backend's language (the cooperative variant, if any, is ``variant``)."""
+        return self.cuda_source if self.backend == "cuda" else self.numba_source
 
     @property
     def name(self) -> str:
@@ -77,14 +82,10 @@ class Kernel:
 
     @property
     def cuda_source(self) -> str:
-        from .kgen.emit import cuda_kernel
-
         return cuda_kernel(self.body)
 
     @property
     def numba_source(self) -> str:
-        from .kgen.emit import numba_kernel
-
         return numba_kernel(self.body)
 
     def __repr__(self) -> str:
@@ -159,10 +160,9 @@ def _dim_table(g: Graph) -> DimTable:
     return DimTable(tuple(rows))
 
 
-def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int, list[str]]:
-    """Compile all kernels of one graph as one unit. Returns (launchers, builds, sources)."""
+def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
+    """Compile all kernels of one graph as one unit. Returns (launchers, kernel functions built)."""
     if backend == "cuda":
-        from .kgen.emit import all_variants, cuda_kernel
         from .runtime.cuda_launch import CudaModule
         from .runtime.nvrtc import compile_cubin, device_arch
 
@@ -172,13 +172,12 @@ def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int
         launchers = [CudaLauncher(mod.kernel(b.name, signature(b)),
                                   b.variant and mod.kernel(b.variant.name, signature(b.variant)), sm)
                      for b in bodies]
-        return launchers, len(all_variants(list(bodies))), [cuda_kernel(b) for b in bodies]
-    from .kgen.emit import numba_kernel
+        return launchers, len(all_variants(list(bodies)))
     from .runtime.numba_cpu import load_numba_module
 
     mod, _ = load_numba_module(numba_module(list(bodies)))
     launchers = [CpuLauncher(getattr(mod, b.name)) for b in bodies]
-    return launchers, len(bodies), [numba_kernel(b) for b in bodies]
+    return launchers, len(bodies)
 
 
 def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
@@ -208,7 +207,7 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     host, plan = lower(g, bodies)
     t["hostgen"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    launchers, builds, sources = build_kernels(bodies, backend)
+    launchers, builds = build_kernels(bodies, backend)
     t["build"] = time.perf_counter() - t0
     is_static = not any(g.solver.classify(d) != DimKind.LITERAL for v in g.inputs
                         for d in v.shape.items)
@@ -219,6 +218,6 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
         thunk = DynamicAOTThunk(*args)
     sol = g.solver.solution()
     pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g),
-                    tuple(Kernel(b, backend, s) for b, s in zip(bodies, sources)), host, plan,
+                    tuple(Kernel(b, backend) for b in bodies), host, plan,
                     (thunk,), t)
     return CompiledModule(pipe, len(g.outputs) == 1, builds)

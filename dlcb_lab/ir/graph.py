@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from ..dims import Expr, Provenance, Shape, ShapeError, Solver, Var, lit, shape, var
+from ..dims import Expr, Provenance, Shape, ShapeError, Solver, Var, shape, var
 from .ops import OPS, OpDef
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
@@ -125,7 +125,3 @@ class Graph:
             lines.append(f"  {n!r}  # {list(self.dims(n.out))}")
         lines.append(f"  return {', '.join('%' + v.name for v in self.outputs)}")
         return "\n".join(lines)
-
-
-def is_one(d: Expr) -> bool:
-    return d is lit(1)

@@ -18,7 +18,7 @@ import torch
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, simplify_bounded, var
 from ..dims.bounds import lower, nonneg
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Value
 from ..ir.ops import linear_index, reduced_extents
 
 THREAD = var("t", 2)

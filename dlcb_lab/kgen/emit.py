@@ -13,8 +13,7 @@ Kernel parameter order (both backends): ``out, in_<name>..., numel, <int params>
 from __future__ import annotations
 
 from ..ir.ops import OPS, REDUCTIONS, scalar_literal
-from .coords import (Accumulate, AccInit, BlockReduce, Compute, Finish, IdxLet, KernelBody, Load,
-                     Loop, Store)
+from .coords import (IdxLet, KernelBody, Loop)
 
 _CTYPE = {"f32": "float", "f64": "double"}
 _NPTYPE = {"f32": "float32", "f64": "float64"}

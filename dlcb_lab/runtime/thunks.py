@@ -8,20 +8,19 @@ Both validate operands (count, tensor, dtype, device) before anything else.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
 from ..hostgen.lower import LaunchPlan
 from ..hostgen.program import HostProgram, ShapeMismatch
 
-Launcher = Callable[..., None]   # launcher(variant, numel, out, inputs, int_params) + .choose
 
 
 class Thunk:
     kind = "abstract"
 
-    def __init__(self, host: HostProgram, plan: LaunchPlan, launchers: Sequence[Launcher],
+    def __init__(self, host: HostProgram, plan: LaunchPlan, launchers: Sequence["CpuLauncher | CudaLauncher"],
                  in_dtypes: Sequence[torch.dtype], device: str, in_names: Sequence[str]):
         self.host = host
         self.plan = plan
