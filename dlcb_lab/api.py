@@ -120,14 +120,21 @@ class Pipeline:
 class CompiledModule:
     """Callable result of ``dl.compile``. Returns a tensor (or a tuple for several outputs)."""
 
-    def __init__(self, pipeline: Pipeline, single: bool, kernel_builds: int):
+    def __init__(self, pipeline: Pipeline, single: bool, kernel_builds: int,
+                 constants: Sequence[torch.Tensor] = ()):
         self.pipeline = pipeline
         self._thunk = pipeline.thunks[0]
         self._single = single
         self._kernel_builds = kernel_builds
+        self._constants = tuple(constants)
+        self._n_user = len(pipeline.graph.inputs) - len(self._constants)
 
     def __call__(self, *args: torch.Tensor):
-        out = self._thunk(*args)
+        if len(args) != self._n_user:
+            names = [v.name for v in self.pipeline.graph.inputs[:self._n_user]]
+            raise TypeError(f"expected {self._n_user} tensor inputs ({', '.join(names)}), "
+                            f"got {len(args)}")
+        out = self._thunk(*args, *self._constants)
         return out[0] if self._single else out
 
     def stats(self) -> dict[str, Any]:
@@ -211,13 +218,16 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     t["build"] = time.perf_counter() - t0
     is_static = not any(g.solver.classify(d) != DimKind.LITERAL for v in g.inputs
                         for d in v.shape.items)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
+    consts = [t.detach().to(device) for _, t in g.constants]   # same storage when already there
     args = (host, plan, launchers, [v.dtype for v in g.inputs], backend, [v.name for v in g.inputs])
     if is_static:
-        thunk: Thunk = StaticThunk(*args, shapes=[tuple(x.shape) for x in example_inputs])
+        shapes = [tuple(x.shape) for x in example_inputs] + [tuple(t.shape) for t in consts]
+        thunk: Thunk = StaticThunk(*args, shapes=shapes)
     else:
         thunk = DynamicAOTThunk(*args)
     sol = g.solver.solution()
     pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g),
                     tuple(Kernel(b, backend) for b in bodies), host, plan,
                     (thunk,), t)
-    return CompiledModule(pipe, len(g.outputs) == 1, builds)
+    return CompiledModule(pipe, len(g.outputs) == 1, builds, consts)

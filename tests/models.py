@@ -234,3 +234,17 @@ class Chain(torch.nn.Module):
         for nm, rest in self.steps:
             h = CHAIN_OPS[nm][1](h, x, rest)
         return h
+
+
+class Affine(torch.nn.Module):
+    """Parameters and a buffer are constants of the compiled module (static shapes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 6))
+        self.register_buffer("shift", torch.randn(6))
+        self.inner = torch.nn.Module()
+        self.inner.scale = torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x):
+        return torch.tanh(x * self.weight + self.shift) * self.inner.scale

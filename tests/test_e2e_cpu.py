@@ -16,7 +16,7 @@ from dlcb_lab.kgen.emit import numba_module
 from dlcb_lab.runtime.numba_cpu import load_numba_module
 
 from harness import TOL, Compiled, check_eager, check_nan_propagation
-from models import BY_NAME, CASES, CHAIN_OPS, Chain
+from models import BY_NAME, CASES, CHAIN_OPS, Affine, Chain
 
 NS = (1, 2, 7, 64)
 
@@ -157,3 +157,27 @@ def test_random_chains(names):
         assert got.shape == want.shape, m.names
         torch.testing.assert_close(got, want, **TOL, msg=lambda s: f"{m.names}: {s}")
     assert cm.stats()["calls"] == 3 and cm.stats()["compiles"] == 1
+
+
+# --- parameters, buffers, autograd inputs ----------------------------------------------------------
+
+def test_parameters_and_buffers_are_constants():
+    m = Affine()
+    cm = dl.compile(m, torch.randn(2, 4, 6), dynamic={0: {0: "N"}}, backend="cpu")
+    assert [v.name for v, _ in cm.pipeline.graph.constants] == ["weight", "shift", "inner_scale"]
+    with torch.no_grad():
+        for n in (1, 5):
+            x = torch.randn(n, 4, 6)
+            torch.testing.assert_close(cm(x), m(x), **TOL)
+        m.weight.mul_(2.0)   # in-place updates are seen (CPU: same storage)
+        x = torch.randn(3, 4, 6)
+        torch.testing.assert_close(cm(x), m(x), **TOL)
+    with pytest.raises(TypeError, match=r"expected 1 tensor inputs \(x\), got 2"):
+        cm(x, x)
+
+
+def test_requires_grad_inputs_are_accepted():
+    cm = dl.compile(Affine(), torch.randn(2, 4, 6), dynamic={0: {0: "N"}}, backend="cpu")
+    x = torch.randn(3, 4, 6, requires_grad=True)
+    y = cm(x)
+    assert not y.requires_grad and y.shape == (3, 4, 6)

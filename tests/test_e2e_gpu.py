@@ -16,7 +16,7 @@ from dlcb_lab.runtime import nvrtc
 from dlcb_lab.runtime import thunks as thunks_mod
 
 from harness import Compiled, Spy, check_eager, check_nan_propagation
-from models import BY_NAME, CASES, CHAIN_OPS, Chain
+from models import BY_NAME, CASES, CHAIN_OPS, Affine, Chain
 
 pytestmark = pytest.mark.gpu
 
@@ -88,7 +88,7 @@ def test_errors_before_launch(compiled, monkeypatch):
         cm(torch.randn(5, 5, 6, device=DEV), y)
     with pytest.raises(dl.ShapeMismatch, match=r"input 1 'y': rank 2 != 3"):
         cm(x, y[0])
-    with pytest.raises(ValueError, match=r"input 0 'x': on cpu, compiled for cuda"):
+    with pytest.raises(ValueError, match=r"input 0 'x': on cpu, expected cuda"):
         cm(x.cpu(), y)
     with pytest.raises(TypeError, match=r"dtype torch.float64"):
         cm(x.double(), y)
@@ -139,3 +139,13 @@ def test_random_chains_cuda(names):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
                                    msg=lambda s: f"{m.names} N={n}: {s}")
     assert cm.stats()["calls"] == 5 and cm.stats()["compiles"] == 1
+
+
+def test_parameters_move_to_the_device():
+    m = Affine()   # parameters on the CPU: the compiled module keeps device copies
+    cm = dl.compile(m, torch.randn(2, 4, 6, device=DEV), dynamic={0: {0: "N"}}, backend="cuda")
+    m = m.to(DEV)
+    with torch.no_grad():
+        for n in (1, 300):
+            x = torch.randn(n, 4, 6, device=DEV)
+            torch.testing.assert_close(cm(x), m(x), rtol=1e-5, atol=1e-5)

@@ -156,7 +156,7 @@ def test_valid_call_goes_through(reshape4, monkeypatch):
     (lambda: (torch.randn(2, 6, dtype=torch.float64), torch.randn(6)), TypeError,
      r"input 0 'x': dtype torch.float64 != compiled torch.float32"),
     (lambda: (torch.randn(2, 6), torch.randn(6, device="meta")), ValueError,
-     r"input 1 'y': on meta, compiled for cpu"),
+     r"input 1 'y': on meta, expected cpu \(input 0\)"),
     (lambda: (torch.randn(2, 6),), TypeError, r"expected 2 tensor inputs \(x, y\), got 1"),
     (lambda: (torch.randn(2, 6), torch.randn(6), torch.randn(6)), TypeError,
      r"expected 2 tensor inputs \(x, y\), got 3"),

@@ -132,6 +132,13 @@ def lower_to_ir(gm: fx.GraphModule, examples: Sequence[torch.Tensor],
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             continue
+        if n.op == "get_attr":   # parameters and buffers: constant inputs of static shape
+            t = _fetch_attr(gm, n.target)
+            if not isinstance(t, torch.Tensor):
+                raise UnsupportedOp(f"fx node '{n.name}': attribute {n.target!r} is a "
+                                    f"{type(t).__name__}, not a tensor")
+            env[n] = g.constant(n.name, t)
+            continue
         if n.op == "output":
             outs = arg(n.args[0])
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -172,6 +179,13 @@ def lower_to_ir(gm: fx.GraphModule, examples: Sequence[torch.Tensor],
                                 f"supported by DLCB IR")
         env[n] = _emit(g, op, args, kwargs, n.name, where)
     return g
+
+
+def _fetch_attr(gm: fx.GraphModule, path: str):
+    obj = gm
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _target_name(n: fx.Node) -> str:

@@ -62,6 +62,7 @@ class Graph:
     inputs: list[Value] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
+    constants: list[tuple[Value, torch.Tensor]] = field(default_factory=list)
 
     # -- construction ---------------------------------------------------------------------------
     def input(self, name: str, dims: Iterable[Expr | int], dtype: torch.dtype) -> Value:
@@ -70,6 +71,13 @@ class Graph:
                             f"{', '.join(map(str, SUPPORTED_DTYPES))})")
         v = Value(len(self.inputs) + len(self.nodes), name, shape(dims), dtype)
         self.inputs.append(v)
+        return v
+
+    def constant(self, name: str, t: torch.Tensor) -> Value:
+        """A module parameter or buffer: an input of static shape, supplied by the compiled module
+        (it follows the user's inputs in ``inputs``)."""
+        v = self.input(name, [int(d) for d in t.shape], t.dtype)
+        self.constants.append((v, t))
         return v
 
     def fresh_var(self, hint: str = "d") -> Var:

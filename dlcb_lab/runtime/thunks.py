@@ -42,9 +42,11 @@ class Thunk:
                                 f"{type(t).__name__}")
             if t.dtype != dt:
                 raise TypeError(f"input {i} '{self.in_names[i]}': dtype {t.dtype} != compiled {dt}")
-            if t.device.type != self.device:
-                raise ValueError(f"input {i} '{self.in_names[i]}': on {t.device}, compiled for "
-                                 f"{self.device}")
+            if t.device.type != self.device or (out and t.device != out[0].device):
+                where = f"{out[0].device} (input 0)" if out else self.device
+                raise ValueError(f"input {i} '{self.in_names[i]}': on {t.device}, expected {where}")
+            if t.requires_grad:   # inference only: outputs carry no autograd history
+                t = t.detach()
             out.append(t if t.is_contiguous() else t.contiguous())
         return out
 
