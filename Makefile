@@ -27,7 +27,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check dlcb_lab tests
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --nbmake tests notebooks
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests
