@@ -15,8 +15,8 @@ from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
 from .kgen.coords import CoordMap, KernelBody, infer_kernels
-from .kgen.emit import (all_variants, cuda_kernel, cuda_module, numba_kernel, numba_module,
-                        signature)
+from .kgen.emit import (NARROW, cuda_kernel, cuda_module, entry_points, numba_kernel,
+                        numba_module, signature)
 from .runtime.thunks import CpuLauncher, CudaLauncher, DynamicAOTThunk, StaticThunk, Thunk
 
 
@@ -174,12 +174,16 @@ def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int
         from .runtime.nvrtc import compile_cubin, device_arch
 
         cubin = compile_cubin(cuda_module(list(bodies)), arch=device_arch())
-        mod = CudaModule(cubin, [b.name for b in all_variants(list(bodies))])
+        mod = CudaModule(cubin, entry_points(list(bodies)))
         sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        launchers = [CudaLauncher(mod.kernel(b.name, signature(b)),
-                                  b.variant and mod.kernel(b.variant.name, signature(b.variant)), sm)
-                     for b in bodies]
-        return launchers, len(all_variants(list(bodies)))
+        launchers = []
+        for b in bodies:
+            variants = (b,) if b.variant is None else (b, b.variant)
+            launchers.append(CudaLauncher({(i, narrow): mod.kernel(v.name + NARROW * narrow,
+                                                                   signature(v))
+                                           for i, v in enumerate(variants)
+                                           for narrow in (False, True)}, sm))
+        return launchers, len(entry_points(list(bodies)))
     from .runtime.numba_cpu import load_numba_module
 
     mod, _ = load_numba_module(numba_module(list(bodies)))

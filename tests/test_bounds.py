@@ -98,7 +98,10 @@ def test_recombine_quotient_and_remainder():
     assert simplify(12 * (C1 // 6) + 2 * (C1 % 6) + N, b) is 2 * C1 + N
     x = C0 + 5 * C1
     assert simplify(4 * (x // 4) + x % 4 + 1, {"tb_c0": N, "tb_c1": W}) is x + 1
-    e = 5 * (C1 // 6) + C1 % 6                  # coefficients do not match: kept
+    e = 5 * (C1 // 6) + C1 % 6                  # partial match: one // instead of // and %
+    assert simplify(e, b) is C1 - C1 // 6
+    assert simplify(5 * (C1 // 6) + 2 * (C1 % 6), b) is 2 * C1 - 7 * (C1 // 6)
+    e = 5 * (C1 // 6) + C1 % 7                  # different divisors: kept
     assert simplify(e, b) is e
 
 

@@ -22,7 +22,7 @@ from dlcb_lab.dims import lit
 from dlcb_lab.hostgen.lower import lower
 from dlcb_lab.kgen.coords import coord_var, infer_kernels
 from dlcb_lab.kgen.emit import cuda_kernel, cuda_module, numba_kernel, numba_module
-from dlcb_lab.kgen.emit import all_variants
+from dlcb_lab.kgen.emit import NARROW, all_variants, entry_points
 from dlcb_lab.runtime.nvrtc import compile_cubin
 
 from models import BY_NAME, CASES, NanProp
@@ -54,7 +54,7 @@ VARIANTS = [(c, "dynamic", torch.float32) for c in CASES] + \
 def test_cuda_compiles_with_nvrtc(case, spec, dtype):
     g, bodies = build(case, spec, dtype=dtype)
     src = cuda_module(bodies)
-    assert src.count("__global__") == len(all_variants(bodies)) >= 1
+    assert src.count("__global__") == len(entry_points(bodies)) >= 2
     for b in all_variants(bodies):
         assert f'extern "C" __global__ void {b.name}(' in src
     assert is_cubin(compile_cubin(src, arch="sm_90"))
@@ -66,18 +66,27 @@ def test_nan_kernels_compile():
     assert is_cubin(compile_cubin(cuda_module(infer_kernels(g)), arch="sm_90"))
 
 
+def _entry_head(src: str) -> str:
+    head = src[src.index('extern "C" __global__'):]
+    return head[:head.index("{")]
+
+
 def test_int_params_are_long_long():
-    """Named and host-computed dims are ``long long`` parameters; no ``int`` index math anywhere."""
+    """Named and host-computed dims are ``long long`` parameters of both entry points; the body's
+    index type is only the template parameter ``I`` (64-bit entry: long long, 32-bit: int)."""
     for case in CASES:
         for spec in ("dynamic",) + (("dynamic2",) if case.dynamic2 else ()):
             _, bodies = build(case, spec)
-            for b in bodies:
+            for b in all_variants(bodies):
                 src = cuda_kernel(b)
-                head = src[src.index("__global__"):src.index("{")]
+                head = _entry_head(src)
                 for name, _ in b.params:
                     assert f"long long {name}" in head, (case.name, b.name, head)
                 assert "long long numel" in head
-                assert not re.search(r"\bint\b", src.replace("__int_as_float", "")), src
+                body = src[:src.index('extern "C"')]
+                assert not re.search(r"\b(int|long)\b", body), body
+                assert f"{b.name}_body<long long>(" in src and f"{b.name}_body<int>(" in src
+                assert f'void {b.name}{NARROW}(' in src
 
 
 # --- the worked example (DESIGN.md) ------------------------------------------------------------------
@@ -115,18 +124,18 @@ def test_worked_cuda_source(worked):
     g, bodies = worked
     (b,) = bodies
     src = cuda_kernel(b)
-    head = src[src.index("__global__"):src.index("{")]
+    head = _entry_head(src)
     # N stays symbolic: it reaches the kernel only through the ``long long`` thread count 24*N
     # (no coordinate needs N itself); 24 and 6 are literals the compiler strength-reduces.
     assert "long long numel" in head
     assert all(n == "N" for n, _ in b.params)   # N, if passed at all, by name; nothing else
     body = src[src.index("{"):]
     assert re.search(r"\bN\b", body) is None or "long long N" in head
-    assert re.search(r"\bt / 24\b", src) and re.search(r"\bt % 24\b", src)
-    assert len(re.findall(r"= c1 / 6;", src)) == 1              # j // 6 computed once, shared
-    assert "dlcb_fdiv" not in src.split("__global__")[1]       # coords are >= 0: plain C division
+    assert "in_x[t]" in src                 # x's index 24*(t // 24) + t % 24 collapses to t
+    assert len(re.findall(r"= t % 24;", src)) == 1 and len(re.findall(r" / 6;", src)) == 1
+    assert "dlcb_fdiv" not in src                              # coords are >= 0: plain C division
     py = numba_kernel(b)
-    assert len(re.findall(r"^\s*\w+ = c1 // 6\b", py, re.M)) == 1
+    assert "in_x[t]" in py and len(re.findall(r"^\s*\w+ = \w+ // 6\b", py, re.M)) == 1
     host, _ = lower(g, bodies)
     for n in (1, 5, 64):
         r = host.interpret([(n, 4, 6), (1, 4, 1)])

@@ -149,3 +149,12 @@ def test_parameters_move_to_the_device():
         for n in (1, 300):
             x = torch.randn(n, 4, 6, device=DEV)
             torch.testing.assert_close(cm(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["binary", "worked", "permutes", "reductions", "softmax"])
+def test_wide_index_entry_points(compiled, monkeypatch, name):
+    """The 64-bit index entry points (used past 2**31 elements) agree with eager too."""
+    monkeypatch.setattr(thunks_mod, "NARROW_LIMIT", -1)
+    case = BY_NAME[name]
+    for n in (1, 7, 300):
+        check_eager(case, compiled.get(case), case.inputs(n, device=DEV))

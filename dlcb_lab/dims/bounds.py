@@ -98,14 +98,19 @@ def simplify(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
 
 
 def _recombine(e: Expr) -> Expr:
-    """``k*d*(x // d) + k*(x % d) -> k*x`` (exact identity; reshape round trips produce it)."""
+    """``k*d*(x // d) + k*(x % d) -> k*x`` (exact; reshape round trips produce it). Applied when
+    it leaves fewer ``//``/``%`` terms."""
     if not isinstance(e, Sum):
         return e
-    terms = dict(e.terms)
     for m, c in e.terms:
-        if isinstance(m, Mod) and isinstance(m.den, Lit) and m in terms:
-            q = FloorDiv.make(m.num, m.den)
-            cq = terms.get(q) if not isinstance(q, Sum) else None
-            if cq is not None and cq == c * m.den.value:
-                return _recombine(e - q * cq - m * c + m.num * c)
+        if isinstance(m, Mod):
+            new = e - m * c - m.den * FloorDiv.make(m.num, m.den) * c + m.num * c
+            if _divmod_terms(new) < _divmod_terms(e):
+                return _recombine(new)
     return e
+
+
+def _divmod_terms(e: Expr) -> int:
+    terms = e.terms if isinstance(e, Sum) else ((e, 1),)
+    return sum(any(isinstance(f, (FloorDiv, Mod)) for f in (m.factors if isinstance(m, Prod)
+                                                           else (m,))) for m, _ in terms)

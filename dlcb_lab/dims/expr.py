@@ -523,6 +523,10 @@ def _divmod(num: Expr, den: Expr, kind: type) -> Expr:
             return lit(num.value // den.value if kind is FloorDiv else num.value % den.value)
     if num is den:
         return lit(1) if kind is FloorDiv else lit(0)
+    if kind is Mod and isinstance(num, Mod):   # (x % (k*d)) % d -> x % d
+        outer = _monomial(num.den)
+        if outer is not None and _divides(den, outer[1], outer[0]) is not None:
+            return Mod.make(num.num, den)
     # split num = den*q + r
     const, terms = _as_poly(num)
     q: Poly = (0, {})

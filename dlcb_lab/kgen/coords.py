@@ -38,7 +38,7 @@ def loop_var(k: int) -> Var:
 class IdxLet:        # long long name = <kind>(parts)     (expr: the dimension expression, for reading)
     name: str
     kind: str        # "sum": (const, ((coeff, name), ...)) | "prod": names | "div"/"mod": (num, den,
-    parts: tuple     #   floor_needed) | "copy": (name,)
+    parts: tuple     #   floor_needed)
     expr: Expr
 
 
@@ -148,6 +148,7 @@ class _Builder:
         self.cooperative = cooperative
         self.dims = g.dims(root)
         self.bounds: dict[str, Expr] = {}
+        self.coord_defs: dict[Var, Expr] = {}   # output coordinate c_k -> its value in terms of t
         self.params: dict[Expr, str] = {}
         self.inputs: dict[int, Value] = {}
         self.loads: list[tuple[str, tuple[Expr, ...]]] = []
@@ -213,6 +214,8 @@ class _Builder:
         if v.producer is None or (v.id in self.mat and v is not self.root):
             self.inputs[v.id] = v
             idx = simplify_bounded(linear_index(coords, self.g.dims(v)), self.bounds)
+            # in terms of t: identity layouts collapse (24*(t // 24) + t % 24 -> t)
+            idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
             iname = self.index(idx)
             self.loads.append((v.name, tuple(coords)))
             name = self.tmp("x")
@@ -250,9 +253,8 @@ class _Builder:
                 out_coords.append((f"c{k}", lit(0)))
                 continue
             cv = coord_var(k)
-            src = self.index(e)
             self.bounds[cv.name] = self.dims[k]
-            self.outer.stmts.append(IdxLet(cv.name, "copy", (src,), e))
+            self.coord_defs[cv] = e
             out_coords.append((cv.name, e))
             coords.append(cv)
         loops: list[tuple[str, Expr]] = []

@@ -59,6 +59,7 @@ class Thunk:
         dev = tensors[0].device if tensors else torch.device(self.device)
         bufs = [torch.empty([r[k] for k in b.shape_regs], dtype=b.dtype, device=dev)
                 for b in self.plan.buffers]
+        narrow = max((t.numel() for t in (*tensors, *bufs)), default=0) <= NARROW_LIMIT
         for launcher, k in zip(self.launchers, self.plan.kernels):
             n = r[k.numel]
             if n == 0:
@@ -66,7 +67,7 @@ class Thunk:
             v = launcher.choose(n, r[k.extent]) if k.extent is not None else 0
             operands, params = k.variants[v]
             ins = [tensors[j] if kind == "in" else bufs[j] for kind, j in operands]
-            launcher(v, n, bufs[k.out], ins, [r[p] for p in params])
+            launcher(v, n, bufs[k.out], ins, [r[p] for p in params], narrow)
         self.calls += 1
         return tuple(bufs[j] for _, j in self.plan.outputs)
 
@@ -109,7 +110,7 @@ class CpuLauncher:
     def choose(self, numel: int, extent: int) -> int:
         return 0
 
-    def __call__(self, variant, numel, out, ins, params):
+    def __call__(self, variant, numel, out, ins, params, narrow=False):
         self.fn(out.view(-1).numpy(), *[a.view(-1).numpy() for a in ins], numel, *params)
 
 
@@ -117,23 +118,26 @@ BLOCK = 256
 MAX_GRID = 1 << 16
 
 
-class CudaLauncher:
-    """``CudaKernel``s ``(out, *ins, numel, *params)``: variant 0 one thread per output element
-    (grid-stride), variant 1 (reductions) one block per output element. The cooperative variant is
-    chosen when the reduced extent is large enough to occupy a block and either the outputs alone
-    would not fill the GPU or the extent is long."""
+NARROW_LIMIT = (1 << 31) - (1 << 25)   # int32 index math: numel and t + grid-stride step fit
 
-    def __init__(self, kernel, cooperative=None, sm_count: int = 132):
-        self.kernels = (kernel, cooperative)
+
+class CudaLauncher:
+    """``CudaKernel``s ``(out, *ins, numel, *params)`` by (variant, narrow): variant 0 one thread
+    per output element (grid-stride), variant 1 (reductions) one block per output element; narrow
+    the 32-bit index entry point. The cooperative variant is chosen when the reduced extent is
+    large enough to occupy a block and either the outputs alone would not fill the GPU or the
+    extent is long."""
+
+    def __init__(self, kernels: dict, sm_count: int = 132):
+        self.kernels = kernels
         self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
 
     def choose(self, numel: int, extent: int) -> int:
-        if self.kernels[1] is None or extent < 64:
+        if (1, False) not in self.kernels or extent < 64:
             return 0
         return 1 if (numel < self.fill or extent >= 4096) else 0
 
-    def __call__(self, variant, numel, out, ins, params):
-        if variant:
-            self.kernels[1][min(MAX_GRID, numel), BLOCK](out, *ins, numel, *params)
-        else:
-            self.kernels[0][min(MAX_GRID, -(-numel // BLOCK)), BLOCK](out, *ins, numel, *params)
+    def __call__(self, variant, numel, out, ins, params, narrow=False):
+        k = self.kernels[variant, narrow]
+        grid = numel if variant else -(-numel // BLOCK)
+        k[min(MAX_GRID, grid), BLOCK](out, *ins, numel, *params)

@@ -1,14 +1,14 @@
 // N = N
 // one thread per output element
-extern "C" __global__ void dlcb_k0_sum_1(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel, long long N) {
-  const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {
-    const long long c0 = t;  // t
+template <typename I>
+__device__ __forceinline__ void dlcb_k0_sum_1_body(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, const I numel, const I N) {
+  const I step = (I)gridDim.x * blockDim.x;
+  for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {
     double acc1 = 0.0;
-    const long long i4 = c0 / 6;  // c0 // 6
+    const I i4 = t / 6;  // t // 6
     const float x5 = in_y[i4];
-    for (long long r0 = 0; r0 < N; ++r0) {
-      const long long i2 = c0 + 24LL * r0;  // c0 + 24*r0
+    for (I r0 = 0; r0 < N; ++r0) {
+      const I i2 = 24 * r0 + t;  // 24*r0 + t
       const float x3 = in_x[i2];
       const float v6 = (x3 * x5);
       const float v7 = (v6 < 0.0f ? 0.0f : v6);
@@ -17,4 +17,10 @@ extern "C" __global__ void dlcb_k0_sum_1(float* __restrict__ out, const float* _
     const float v8 = (float)(acc1);
     out[t] = v8;
   }
+}
+extern "C" __global__ void dlcb_k0_sum_1(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel, long long N) {
+  dlcb_k0_sum_1_body<long long>(out, in_x, in_y, numel, N);
+}
+extern "C" __global__ void dlcb_k0_sum_1_i32(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel, long long N) {
+  dlcb_k0_sum_1_body<int>(out, in_x, in_y, (int)numel, (int)N);
 }
