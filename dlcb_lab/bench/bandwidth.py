@@ -1,6 +1,7 @@
 """Memory-bound subgraphs at ImageNet-like sizes: DLCB (one dynamic-batch compile) vs eager and
-``torch.compile(dynamic=True)``. Reports median ms per call and effective GB/s (bytes of each
-input read once plus each output written once).
+``torch.compile(dynamic=True)``. Reports ``ms``: median latency of one synchronized call;
+``stream_ms`` (CUDA): mean time per call queued back to back (CUDA events), and ``GB/s`` from it
+(bytes of each input read once plus each output written once).
 
     python -m dlcb_lab.bench.bandwidth [--backend cuda] [--out results.csv] [--no-inductor]
 """
@@ -14,7 +15,7 @@ import torch
 
 import dlcb_lab as dl
 
-from .overhead import _median_ms
+from .overhead import _median_ms, stream_ms
 
 
 class BiasReLU(torch.nn.Module):          # broadcast [1, C, 1, 1] operands, fused elementwise
@@ -73,6 +74,9 @@ def run(backend="auto", batches=(1, 8, 32), chw=(64, 56, 56), with_inductor=True
             for sysname, fn in systems:
                 ms = _median_ms(fn, sync, reps=reps, warmup=10)
                 rows.append((name, sysname, n, "ms", ms))
+                if dev == "cuda":
+                    ms = stream_ms(fn, reps=reps)
+                    rows.append((name, sysname, n, "stream_ms", ms))
                 rows.append((name, sysname, n, "GB/s", nbytes / ms / 1e6))
     return pd.DataFrame(rows, columns=["model", "system", "batch", "metric", "value"])
 
@@ -88,7 +92,7 @@ def main() -> None:
     df = run(a.backend, with_inductor=not a.no_inductor, **kw)
     if a.out:
         df.to_csv(a.out, index=False)
-    ms = df[df.metric.isin(["ms", "GB/s"])]
+    ms = df[df.metric.isin(["ms", "stream_ms", "GB/s"])]
     print(ms.pivot_table(index=["model", "batch"], columns=["metric", "system"],
                          values="value").round(3).to_string())
     print(df[df.metric.isin(["compile_s", "first_call_s"])].to_string(index=False))
