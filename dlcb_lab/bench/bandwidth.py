@@ -43,7 +43,7 @@ class Softmax(torch.nn.Module):           # reduction + broadcast back (two pass
 MODELS = {"bias_relu": BiasReLU, "to_nhwc": ToNHWC, "global_pool": GlobalPool, "softmax": Softmax}
 
 
-def run(backend="auto", batches=(1, 8, 32), chw=(64, 56, 56), with_inductor=True, reps=100):
+def run(backend="auto", batches=(1, 8, 32, 128), chw=(64, 56, 56), with_inductor=True, reps=100):
     import pandas as pd
 
     dev = "cuda" if (backend == "cuda" or (backend == "auto" and torch.cuda.is_available())) \
