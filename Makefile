@@ -30,7 +30,7 @@ test: setup
 	$(PY) -m pytest -q -n 2 --nbmake tests notebooks
 
 test-slow: setup
-	$(PY) -m pytest -q -m slow tests
+	$(PY) -m pytest -q -n 2 -m slow tests
 
 clean:
 	rm -rf $(VENV)

@@ -142,21 +142,34 @@ def test_static_compile_multi_output(compiled):
 
 # --- property: random op chains, compiled once, checked at several batch sizes ---------------------
 
+def _check_chain(names, batches=(1, 2, 9)):
+    m = Chain(names)
+    g = torch.Generator().manual_seed(len(names))
+    cm = dl.compile(m, (torch.randn(3, 4, 6, generator=g),), dynamic={0: {0: "N"}}, backend="cpu")
+    for n in batches:
+        x = torch.randn(n, 4, 6, generator=g)
+        got, want = cm(x), m(x)
+        assert got.shape == want.shape, m.names
+        torch.testing.assert_close(got, want, **TOL, msg=lambda s: f"{m.names}: {s}")
+    assert cm.stats()["calls"] == len(batches) and cm.stats()["compiles"] == 1
+
+
 @settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(names=st.lists(st.sampled_from(sorted(CHAIN_OPS)), min_size=1, max_size=6))
 @example(names=["flatten", "split", "scale", "transpose", "fold", "norm_all", "restore", "add_x"])
 @example(names=["transpose", "flatten", "split", "bmax", "min_x", "expneg", "rsub_s", "add_s"])
 def test_random_chains(names):
-    m = Chain(names)
-    g = torch.Generator().manual_seed(len(names))
-    cm = dl.compile(m, (torch.randn(3, 4, 6, generator=g),), dynamic={0: {0: "N"}}, backend="cpu")
-    for n in (1, 2, 9):
-        x = torch.randn(n, 4, 6, generator=g)
-        got, want = cm(x), m(x)
-        assert got.shape == want.shape, m.names
-        torch.testing.assert_close(got, want, **TOL, msg=lambda s: f"{m.names}: {s}")
-    assert cm.stats()["calls"] == 3 and cm.stats()["compiles"] == 1
+    _check_chain(names)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.sampled_from(sorted(CHAIN_OPS)), min_size=1, max_size=10))
+def test_random_chains_sweep(names):
+    """``make test-slow``: longer chains, fresh examples every run (numba compiles each)."""
+    _check_chain(names, batches=(1, 2, 9, 33))
 
 
 # --- parameters, buffers, autograd inputs ----------------------------------------------------------
