@@ -25,7 +25,7 @@ from ..ir.graph import Graph, Value
 
 DynamicSpec = Mapping[int, Mapping[int, str]]
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_RESERVED = re.compile(r"^(_.*|t|[cr]\d+|p\d+|numel|out|step|i\d+|v\d+|x\d+|acc\d+)$")
+_RESERVED = re.compile(r"^(_.*|t|rf|[cr]\d+|p\d+|numel|out|step|i\d+|v\d+|x\d+|acc\d+)$")
 
 
 class UnsupportedOp(NotImplementedError):

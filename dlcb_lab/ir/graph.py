@@ -120,13 +120,6 @@ class Graph:
         """``v``'s shape under the current solution."""
         return tuple(self.solver.resolve(d) for d in v.shape.items)
 
-    def users(self) -> dict[int, list[Node]]:
-        out: dict[int, list[Node]] = {}
-        for n in self.nodes:
-            for x in n.tensor_inputs():
-                out.setdefault(x.id, []).append(n)
-        return out
-
     def __repr__(self) -> str:
         lines = [f"graph({', '.join(f'%{v.name}: {list(self.dims(v))}' for v in self.inputs)}):"]
         for n in self.nodes:

@@ -86,27 +86,27 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _elementwise(name: str, arity: int, ref, cuda32: str, cuda64: str, py: str) -> None:
+def _elementwise(name: str, ref, cuda32: str, cuda64: str, py: str) -> None:
     _register(OpDef(name, "elementwise", _infer_broadcast, _reverse_broadcast, ref,
                     {"f32": cuda32, "f64": cuda64}, py))
 
 
 # name, reference, CUDA float, CUDA double, Python/numba. NaN semantics follow torch.
-_elementwise("relu", 1, torch.relu, "({0} < 0.0f ? 0.0f : {0})", "({0} < 0.0 ? 0.0 : {0})",
+_elementwise("relu", torch.relu, "({0} < 0.0f ? 0.0f : {0})", "({0} < 0.0 ? 0.0 : {0})",
              "(0.0 if {0} < 0.0 else {0})")
-_elementwise("neg", 1, torch.neg, "(-{0})", "(-{0})", "(-{0})")
-_elementwise("exp", 1, torch.exp, "expf({0})", "exp({0})", "math.exp({0})")
-_elementwise("sigmoid", 1, torch.sigmoid, "(1.0f / (1.0f + expf(-{0})))",
+_elementwise("neg", torch.neg, "(-{0})", "(-{0})", "(-{0})")
+_elementwise("exp", torch.exp, "expf({0})", "exp({0})", "math.exp({0})")
+_elementwise("sigmoid", torch.sigmoid, "(1.0f / (1.0f + expf(-{0})))",
              "(1.0 / (1.0 + exp(-{0})))", "_sigmoid({0})")
-_elementwise("tanh", 1, torch.tanh, "tanhf({0})", "tanh({0})", "math.tanh({0})")
-_elementwise("abs", 1, torch.abs, "fabsf({0})", "fabs({0})", "abs({0})")
-_elementwise("add", 2, torch.add, "({0} + {1})", "({0} + {1})", "({0} + {1})")
-_elementwise("sub", 2, torch.sub, "({0} - {1})", "({0} - {1})", "({0} - {1})")
-_elementwise("mul", 2, torch.mul, "({0} * {1})", "({0} * {1})", "({0} * {1})")
-_elementwise("div", 2, torch.div, "({0} / {1})", "({0} / {1})", "_div({0}, {1})")
-_elementwise("maximum", 2, torch.maximum, "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+_elementwise("tanh", torch.tanh, "tanhf({0})", "tanh({0})", "math.tanh({0})")
+_elementwise("abs", torch.abs, "fabsf({0})", "fabs({0})", "abs({0})")
+_elementwise("add", torch.add, "({0} + {1})", "({0} + {1})", "({0} + {1})")
+_elementwise("sub", torch.sub, "({0} - {1})", "({0} - {1})", "({0} - {1})")
+_elementwise("mul", torch.mul, "({0} * {1})", "({0} * {1})", "({0} * {1})")
+_elementwise("div", torch.div, "({0} / {1})", "({0} / {1})", "_div({0}, {1})")
+_elementwise("maximum", torch.maximum, "(({0} > {1} || {0} != {0}) ? {0} : {1})",
              "(({0} > {1} || {0} != {0}) ? {0} : {1})", "_max({0}, {1})")
-_elementwise("minimum", 2, torch.minimum, "(({0} < {1} || {0} != {0}) ? {0} : {1})",
+_elementwise("minimum", torch.minimum, "(({0} < {1} || {0} != {0}) ? {0} : {1})",
              "(({0} < {1} || {0} != {0}) ? {0} : {1})", "_min({0}, {1})")
 
 

@@ -16,12 +16,11 @@ from ..hostgen.lower import LaunchPlan
 from ..hostgen.program import HostProgram, ShapeMismatch
 
 
-
 class Thunk:
     kind = "abstract"
 
-    def __init__(self, host: HostProgram, plan: LaunchPlan, launchers: Sequence["CpuLauncher | CudaLauncher"],
-                 in_dtypes: Sequence[torch.dtype], device: str, in_names: Sequence[str]):
+    def __init__(self, host: HostProgram, plan: LaunchPlan,
+                 launchers: Sequence["CpuLauncher | CudaLauncher"], in_dtypes: Sequence[torch.dtype], device: str, in_names: Sequence[str]):
         self.host = host
         self.plan = plan
         self.launchers = list(launchers)
@@ -59,7 +58,8 @@ class Thunk:
         dev = tensors[0].device if tensors else torch.device(self.device)
         bufs = [torch.empty([r[k] for k in b.shape_regs], dtype=b.dtype, device=dev)
                 for b in self.plan.buffers]
-        narrow = max((t.numel() for t in (*tensors, *bufs)), default=0) <= NARROW_LIMIT
+        narrow = self.device == "cuda" and \
+            max((t.numel() for t in (*tensors, *bufs)), default=0) <= NARROW_LIMIT
         for launcher, k in zip(self.launchers, self.plan.kernels):
             n = r[k.numel]
             if n == 0:
