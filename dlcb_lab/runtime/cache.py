@@ -1,12 +1,19 @@
-"""On-disk cache locations and content-addressed keys for compiled artifacts (cubins, numba files)."""
+"""On-disk cache locations and content-addressed keys for compiled artifacts (cubins, numba files).
+
+Cache files are never trusted: every writer goes through :func:`atomic_write` (so a reader never
+sees a half-written file), and every reader checks what it read (the numba loader compares the
+module file with its source, the cubin cache checks a SHA-256 digest stored with the cubin) and
+rebuilds the entry on any mismatch.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import pathlib
+import tempfile
 
-__all__ = ["cache_dir", "content_key"]
+__all__ = ["atomic_write", "cache_dir", "content_key"]
 
 
 def cache_dir(sub: str = "") -> pathlib.Path:
@@ -29,3 +36,20 @@ def content_key(*parts: str | bytes) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
+
+
+def atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a uniquely named temp file in its folder + ``os.replace``.
+
+    Readers (other threads or processes) see either the old file or the complete new one, never a
+    partial file; concurrent writers of the same content are harmless (the last rename wins).
+    """
+    path = pathlib.Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise

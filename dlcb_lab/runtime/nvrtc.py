@@ -11,13 +11,14 @@ which the cache key records.
 from __future__ import annotations
 
 import functools
+import hashlib
+import logging
 import os
 import pathlib
 import re
-import tempfile
 import time
 
-from .cache import cache_dir, content_key
+from .cache import atomic_write, cache_dir, content_key
 
 __all__ = [
     "CudaCompileError",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 _PROGRAM_NAME = "dlcb_kernels.cu"
+_log = logging.getLogger(__name__)
 _compile_count = 0
 _compile_seconds = 0.0
 
@@ -142,6 +144,11 @@ def _nvrtc_compile(source: str, options: tuple[str, ...]) -> bytes:
         _check(nvrtc.nvrtcDestroyProgram(prog))
 
 
+# Cache file layout (see compile_cubin): magic, SHA-256 of the cubin, the cubin.
+_CUBIN_MAGIC = b"dlcb-cubin-v1\n\x00\x00"  # 16 bytes; bump the version if the layout changes
+_HEADER = len(_CUBIN_MAGIC) + hashlib.sha256().digest_size
+
+
 def compile_cubin(source: str, *, arch: str = "sm_90", options: tuple[str, ...] = ()) -> bytes:
     """Compile a CUDA C++17 translation unit to a cubin for ``arch`` (e.g. ``"sm_90"``).
 
@@ -150,16 +157,22 @@ def compile_cubin(source: str, *, arch: str = "sm_90", options: tuple[str, ...] 
     ``cache_dir("cubin")``, keyed by (source, arch, options, NVRTC version); a hit returns the same
     bytes without calling NVRTC. Batch a model's kernels into one source: an NVRTC call costs tens
     of ms whatever the source size, since most of it is front-end start-up and header parsing.
+
+    Cache file format: ``<key>.cubin`` holds ``_CUBIN_MAGIC`` (16 bytes), then the SHA-256 digest
+    of the cubin (32 bytes), then the cubin itself (an ELF file, so strip the first 48 bytes
+    before handing one to ``cuobjdump``). The file is written atomically (temp file +
+    ``os.replace``) and checked on every read: a missing header, a wrong digest or a short file
+    (a crash mid-write by an older version, disk corruption, a hand edit) counts as a miss, so
+    NVRTC runs again and the entry is rewritten.
     """
     global _compile_count, _compile_seconds
     arch = _normalize_arch(arch)
     major, minor = nvrtc_version()
     key = content_key(source, arch, "\x00".join(options), f"nvrtc-{major}.{minor}")
     path = cache_dir("cubin") / f"{key}.cubin"
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
+    cached = _read_cached_cubin(path)
+    if cached is not None:
+        return cached
     flags = (f"--gpu-architecture={arch}", "-std=c++17", *(f"-I{d}" for d in include_dirs()), *options)
     t0 = time.perf_counter()
     try:
@@ -167,20 +180,26 @@ def compile_cubin(source: str, *, arch: str = "sm_90", options: tuple[str, ...] 
     finally:
         _compile_seconds += time.perf_counter() - t0
         _compile_count += 1
-    _atomic_write(path, cubin)
+    atomic_write(path, _CUBIN_MAGIC + hashlib.sha256(cubin).digest() + cubin)
     return cubin
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-    """Write via a temp file in the same folder + ``os.replace``: readers never see a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+def _read_cached_cubin(path: pathlib.Path) -> bytes | None:
+    """The cubin stored at ``path`` if the file exists and its digest checks out, else ``None``."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:  # unreadable entry: recompile and try to replace it
+        _log.warning("cubin cache: cannot read %s (%s); recompiling", path, err)
+        return None
+    n = len(_CUBIN_MAGIC)
+    magic, digest, cubin = data[:n], data[n:_HEADER], data[_HEADER:]
+    if magic == _CUBIN_MAGIC and cubin and digest == hashlib.sha256(cubin).digest():
+        return cubin
+    _log.warning("cubin cache: %s fails its header/digest check (corrupt, truncated or written by "
+                 "an older version); recompiling", path)
+    return None
 
 
 def device_arch() -> str:
