@@ -7,15 +7,18 @@ evaluated through sympy independently.
 
 from __future__ import annotations
 
+import gc
 import pickle
 import subprocess
 import sys
+import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlcb_lab.dims import FloorDiv, Lit, Mod, Prod, Shape, Sum, Var, as_expr, lit, prod, shape, var
+from dlcb_lab.dims import expr as expr_mod
 
 # Names are global per process: this file uses the ``tx_`` prefix only.
 A, B, C = var("tx_a"), var("tx_b"), var("tx_c")     # values >= 0
@@ -126,6 +129,32 @@ def test_interning_basic():
     assert hash(A * B + 1) == hash(1 + B * A)
     with pytest.raises(ValueError):
         var("tx_a", 2)  # one variable per name and rank
+
+
+def test_intern_table_is_weak():
+    """Nodes nobody holds leave the intern table; rebuilding them gives an equal node (same repr
+    and hash), interned again; a node still held stays the one the table returns."""
+    kept = (A * 7 + 1) // (B + 3)
+    gc.collect()
+    before = len(expr_mod._TABLE)
+
+    def build():
+        xs = [var(f"tx_weak{i}") for i in range(200)]
+        es = [(x * 7 + i) // (x + 3) + x % 5 * A for i, x in enumerate(xs)]
+        assert len(expr_mod._TABLE) > before + 1000
+        return repr(es[17]), hash(es[17]), weakref.ref(es[17])
+
+    text, h, ref = build()
+    gc.collect()
+    assert ref() is None
+    assert len(expr_mod._TABLE) <= before + 5
+    assert var("tx_weak17", 2).rank == 2   # a dead name may come back with another rank
+    x = var("tx_weak17")
+    with pytest.raises(ValueError):
+        var("tx_weak17", 2)
+    e = (x * 7 + 17) // (x + 3) + x % 5 * A
+    assert repr(e) == text and hash(e) == h and e is (17 + 7 * x) // (3 + x) + A * (x % 5)
+    assert (A * 7 + 1) // (B + 3) is kept
 
 
 @SETTINGS

@@ -7,11 +7,14 @@ non-negative symbols. ``upper``/``lower`` give symbolic inclusive extremes over 
 monomial is (variables and ``%`` are non-negative; ``a // d`` has the sign of ``a``, so it is not
 non-negative by itself). Proofs are sound, not complete: an unprovable fact simply keeps the
 operation.
+
+``simplify`` rewrites bottom-up with ``BOUNDS_RULES`` (the range facts and the quotient/remainder
+recombination), on top of the unconditional ``expr.DIVMOD_RULES`` every construction applies.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .expr import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, rebuild
 
@@ -75,39 +78,73 @@ def in_range(e: Expr, den: Expr, b: Bounds) -> bool:
 
 
 def simplify(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
-    """``e`` with every ``x // d`` and ``x % d`` that bounds make trivial removed (0 and x)."""
+    """``e`` rewritten bottom-up by ``BOUNDS_RULES`` under ``b`` (the same value wherever every
+    bounded variable is in range)."""
+    if isinstance(e, (Lit, Var)):
+        return e
     memo = {} if memo is None else memo
     done = memo.get(e)
     if done is not None:
         return done
+
     def rec(x: Expr) -> Expr:
         return simplify(x, b, memo)
 
-    if isinstance(e, (FloorDiv, Mod)):
-        num, den = rec(e.num), rec(e.den)
-        if in_range(num, den, b):
-            out = lit(0) if isinstance(e, FloorDiv) else num
-        else:
-            out = num // den if isinstance(e, FloorDiv) else num % den
-            if out is not e and isinstance(out, (Sum, FloorDiv, Mod)):
-                out = rec(out)
+    out = rebuild(e, rec)
+    if out is not e and isinstance(e, (FloorDiv, Mod)) and isinstance(out, (Sum, FloorDiv, Mod)):
+        out = rec(out)       # re-canonicalized into another node: simplify that one
     else:
-        out = _recombine(rebuild(e, rec))
+        out = _rewrite(out, b)
     memo[e] = out
     return out
 
 
-def _recombine(e: Expr) -> Expr:
-    """``k*d*(x // d) + k*(x % d) -> k*x`` (exact; reshape round trips produce it). Applied when
-    it leaves fewer ``//``/``%`` terms."""
+def _rewrite(e: Expr, b: Bounds) -> Expr:
+    """``e`` (children already simplified) rewritten by the first applicable rule until none
+    applies."""
+    while True:
+        for _, _, fn in BOUNDS_RULES:
+            out = fn(e, b)
+            if out is not None:
+                e = out
+                break
+        else:
+            return e
+
+
+# --- rules: (name, comment, fn(e, bounds) -> Expr | None) ---------------------------------------
+
+def _r_div_in_range(e, b):
+    if isinstance(e, FloorDiv) and in_range(e.num, e.den, b):
+        return lit(0)
+    return None
+
+
+def _r_mod_in_range(e, b):
+    if isinstance(e, Mod) and in_range(e.num, e.den, b):
+        return e.num
+    return None
+
+
+def _r_recombine(e, b):
     if not isinstance(e, Sum):
-        return e
+        return None
     for m, c in e.terms:
         if isinstance(m, Mod):
             new = e - m * c - m.den * FloorDiv.make(m.num, m.den) * c + m.num * c
             if _divmod_terms(new) < _divmod_terms(e):
-                return _recombine(new)
-    return e
+                return new
+    return None
+
+
+BOUNDS_RULES: list[tuple[str, str, Callable[[Expr, Bounds], Expr | None]]] = [
+    ("div_in_range", "x // d  ->  0   if 0 <= x < d", _r_div_in_range),
+    ("mod_in_range", "x % d  ->  x   if 0 <= x < d", _r_mod_in_range),
+    ("recombine", "k*d*(x // d) + k*(x % d)  ->  k*x   if it leaves fewer // and % terms",
+     _r_recombine),
+]
+"""Bounds-dependent rewrites used by ``simplify``, highest priority first: ``fn(e, bounds)``
+returns the rewritten node or None. ``recombine`` is exact; it undoes reshape round trips."""
 
 
 def _divmod_terms(e: Expr) -> int:

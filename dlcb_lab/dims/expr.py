@@ -15,33 +15,59 @@ a ``Sum``. ``FloorDiv``/``Mod`` split their numerator on construction:
 
 Interning. Every node is built through ``_intern``: the same structure is the same object, so ``is``
 is structural equality, ``hash`` is content-derived and cached, and memo tables keyed on nodes are
-exact. ``==`` on nodes is identity; use ``Eq``/constraints for equations.
+exact. ``==`` on nodes is identity; use ``Eq``/constraints for equations. The table holds nodes
+weakly: a node nobody references is dropped, and building the same structure again gives a fresh
+node with the same hash (nothing may depend on ``id()`` of a dead node).
+
+Div/mod algebra. ``DIVMOD_RULES`` lists the rewrites applied, highest priority first, whenever a
+``//`` or ``%`` is built; what none of them rewrites becomes a ``FloorDiv``/``Mod`` atom. Each rule
+is exact for positive divisors.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Callable, Iterable, Mapping, Union
 
 __all__ = [
     "Expr", "Lit", "Var", "Prod", "Sum", "FloorDiv", "Mod", "Shape",
-    "lit", "var", "as_expr", "shape", "prod", "ExprLike",
+    "lit", "var", "as_expr", "shape", "prod", "ExprLike", "DIVMOD_RULES",
 ]
 
 ExprLike = Union["Expr", int]
 
-_TABLE: dict[tuple, "Expr"] = {}
+
+class _Ref(weakref.ref):
+    """A weak reference to an interned node that knows its table key."""
+
+    __slots__ = ("key",)
 
 
-def _intern(cls: type, key: tuple, init: Callable[["Expr"], None]) -> "Expr":
+_TABLE: dict[tuple, _Ref] = {}
+
+
+def _forget(ref: _Ref, table: dict = _TABLE) -> None:
+    """Weakref callback: drop the entry of a dead node unless it was already re-interned."""
+    if table.get(ref.key) is ref:
+        del table[ref.key]
+
+
+def _intern(cls: type, key: tuple, init: Callable[..., None], *args) -> "Expr":
+    """The live node ``(cls, key)``, else a new one set up by ``init(node, *args)``."""
     full = (cls, key)
-    node = _TABLE.get(full)
-    if node is None:
-        node = object.__new__(cls)
-        node._key = key
-        node._hash = hash(full)
-        init(node)
-        _TABLE[full] = node
+    ref = _TABLE.get(full)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
+    node = object.__new__(cls)
+    node._key = key
+    node._hash = hash(full)
+    init(node, *args)
+    ref = _Ref(node, _forget)
+    ref.key = full
+    _TABLE[full] = ref
     return node
 
 
@@ -75,7 +101,7 @@ class Expr:
 
     # --- arithmetic (builds canonical nodes) ---------------------------------------------------
     def __add__(self, other: ExprLike) -> "Expr":
-        return _poly_to_expr(_poly_add(_as_poly(self), _as_poly(as_expr(other))))
+        return _poly_to_expr(_poly_add(_as_poly(self), _poly_of(other)))
 
     __radd__ = __add__
 
@@ -89,7 +115,7 @@ class Expr:
         return as_expr(other) + (-self)
 
     def __mul__(self, other: ExprLike) -> "Expr":
-        return _poly_to_expr(_poly_mul(_as_poly(self), _as_poly(as_expr(other))))
+        return _poly_to_expr(_poly_mul(_as_poly(self), _poly_of(other)))
 
     __rmul__ = __mul__
 
@@ -131,9 +157,20 @@ class Expr:
 
 
 def _rebuild(kind: str, args: tuple) -> Expr:
-    return {"Lit": lit, "Var": lambda n, r: var(n, r), "Prod": lambda fs: prod(fs),
-            "Sum": lambda c, ts: _poly_to_expr((c, dict(ts))),
-            "FloorDiv": FloorDiv.make, "Mod": Mod.make, "Shape": lambda xs: shape(xs)}[kind](*args)
+    """Unpickling: the node of class ``kind`` from ``_rebuild_args`` (re-interned)."""
+    return _REBUILD[kind](*args)
+
+
+def _rebuild_sum(const: int, terms: tuple) -> Expr:
+    return _poly_to_expr((const, dict(terms)))
+
+
+def _rebuild_floordiv(num: Expr, den: Expr) -> Expr:
+    return _divmod(num, den, FloorDiv)
+
+
+def _rebuild_mod(num: Expr, den: Expr) -> Expr:
+    return _divmod(num, den, Mod)
 
 
 class Lit(Expr):
@@ -161,27 +198,36 @@ class Lit(Expr):
         return (self.value,)
 
 
+def _init_lit(n, value):
+    n.value = value
+    n._free = frozenset()
+    n._sort = (0, value)
+
+
 def lit(value: int) -> Lit:
     value = int(value)
+    if -_SMALL_LO <= value < _SMALL_HI:
+        return _SMALL[value + _SMALL_LO]
+    return _intern(Lit, (value,), _init_lit, value)
 
-    def init(n):
-        n.value = value
-        n._free = frozenset()
-        n._sort = (0, value)
 
-    return _intern(Lit, (value,), init)
+# Small literals are kept alive: no intern churn for constants, and ``is`` tests on them are exact.
+_SMALL_LO, _SMALL_HI = 16, 1025
+_SMALL = tuple(_intern(Lit, (v,), _init_lit, v) for v in range(-_SMALL_LO, _SMALL_HI))
+_ZERO, _ONE = lit(0), lit(1)
 
 
 class Var(Expr):
     """A named dimension or coordinate variable.
 
     ``rank`` orders variables for elimination: the solver substitutes away the variable of lowest
-    rank first, the newest (highest ``serial``) among equals (0: internal/derived, e.g. a reshape's
-    ``-1``; 1: user-named input dims; 2: coordinate and loop variables, never eliminated). A name
-    denotes one variable per process: asking for it again with another rank is an error.
+    rank first (0: internal/derived, e.g. a reshape's ``-1``; 1: user-named input dims; 2:
+    coordinate and loop variables, never eliminated); among equals, the one it saw last (see
+    ``Solver``). A name denotes one variable while it lives: asking for it again with another rank
+    is an error.
     """
 
-    __slots__ = ("name", "rank", "serial")
+    __slots__ = ("name", "rank")
     _order = 1
 
     def evaluate(self, env):
@@ -199,15 +245,15 @@ class Var(Expr):
         return (self.name, self.rank)
 
 
-def var(name: str, rank: int = 1) -> Var:
-    def init(n):
-        n.name = name
-        n.rank = rank
-        n.serial = len(_TABLE)
-        n._free = frozenset((name,))
-        n._sort = (1, name)
+def _init_var(n, name, rank):
+    n.name = name
+    n.rank = rank
+    n._free = frozenset((name,))
+    n._sort = (1, name)
 
-    node = _intern(Var, (name,), init)
+
+def var(name: str, rank: int = 1) -> Var:
+    node = _intern(Var, (name,), _init_var, name, rank)
     if node.rank != rank:
         raise ValueError(f"variable {name!r} already exists with rank {node.rank}, not {rank}")
     return node
@@ -245,13 +291,13 @@ def _make_prod(factors: tuple[Expr, ...]) -> Expr:
     if len(factors) == 1:
         return factors[0]
     factors = tuple(sorted(factors, key=_key_of))
+    return _intern(Prod, factors, _init_prod, factors)
 
-    def init(n):
-        n.factors = factors
-        n._free = frozenset().union(*(f._free for f in factors))
-        n._sort = (2, tuple(f._sort for f in factors))
 
-    return _intern(Prod, factors, init)
+def _init_prod(n, factors):
+    n.factors = factors
+    n._free = frozenset().union(*(f._free for f in factors))
+    n._sort = (2, tuple(f._sort for f in factors))
 
 
 def prod(items: Iterable[ExprLike]) -> Expr:
@@ -400,13 +446,13 @@ class Shape(Expr):
 
 def shape(items: Iterable[ExprLike]) -> Shape:
     items = tuple(as_expr(x) for x in items)
+    return _intern(Shape, items, _init_shape, items)
 
-    def init(n):
-        n.items = items
-        n._free = frozenset().union(*(x._free for x in items)) if items else frozenset()
-        n._sort = (6, tuple(x._sort for x in items))
 
-    return _intern(Shape, items, init)
+def _init_shape(n, items):
+    n.items = items
+    n._free = frozenset().union(*(x._free for x in items)) if items else frozenset()
+    n._sort = (6, tuple(x._sort for x in items))
 
 
 def as_expr(x: ExprLike) -> Expr:
@@ -440,6 +486,13 @@ def _as_poly(e: Expr) -> Poly:
     if isinstance(e, Shape):
         raise TypeError(f"arithmetic on a shape list {e!r}")
     return 0, {e: 1}
+
+
+def _poly_of(x: ExprLike) -> Poly:
+    """``_as_poly`` of an operand; a plain int builds no ``Lit``."""
+    if type(x) is int:
+        return x, {}
+    return _as_poly(as_expr(x))
 
 
 def _poly_add(a: Poly, b: Poly) -> Poly:
@@ -479,20 +532,20 @@ def _poly_to_expr(p: Poly) -> Expr:
         return lit(const)
     if len(items) == 1 and const == 0 and items[0][1] == 1:
         return items[0][0]
+    return _intern(Sum, (const, items), _init_sum, const, items)
 
-    def init(n):
-        n.const = const
-        n.terms = items
-        n._free = frozenset().union(*(m._free for m, _ in items))
-        n._sort = (3, const, tuple((m._sort, c) for m, c in items))
 
-    return _intern(Sum, (const, items), init)
+def _init_sum(n, const, items):
+    n.const = const
+    n.terms = items
+    n._free = frozenset().union(*(m._free for m, _ in items))
+    n._sort = (3, const, tuple((m._sort, c) for m, c in items))
 
 
 def _monomial(e: Expr) -> tuple[int, Expr] | None:
     """``e`` as ``coeff * monomial`` (monomial may be ``lit(1)``), or None for a true sum."""
     if isinstance(e, Lit):
-        return e.value, lit(1)
+        return e.value, _ONE
     if isinstance(e, Sum):
         return (e.terms[0][1], e.terms[0][0]) if e.const == 0 and len(e.terms) == 1 else None
     return 1, e
@@ -504,70 +557,120 @@ def _divides(den: Expr, m: Expr, c: int) -> tuple[Expr, int] | None:
     if d is None or d[0] == 0 or c % d[0]:
         return None
     rest = list(_factors(m))
-    for f in () if d[1].is_lit(1) else _factors(d[1]):
+    for f in () if d[1] is _ONE else _factors(d[1]):
         if f not in rest:
             return None
         rest.remove(f)
-    return (_make_prod(tuple(rest)) if rest else lit(1)), c // d[0]
+    return (_make_prod(tuple(rest)) if rest else _ONE), c // d[0]
 
 
 def _divmod(num: Expr, den: Expr, kind: type) -> Expr:
+    """``num // den`` (``kind`` is ``FloorDiv``) or ``num % den`` (``Mod``), canonical."""
     if isinstance(num, Shape) or isinstance(den, Shape):
         raise TypeError("floor division / modulo of a shape list")
-    if isinstance(den, Lit):
-        if den.value <= 0:
-            raise ZeroDivisionError(f"{kind.__name__} by non-positive literal {den.value}")
-        if den.value == 1:
-            return num if kind is FloorDiv else lit(0)
-        if isinstance(num, Lit):
-            return lit(num.value // den.value if kind is FloorDiv else num.value % den.value)
-    if num is den:
-        return lit(1) if kind is FloorDiv else lit(0)
-    if kind is Mod and isinstance(num, Mod):   # (x % (k*d)) % d -> x % d
-        outer = _monomial(num.den)
-        if outer is not None and _divides(den, outer[1], outer[0]) is not None:
-            return Mod.make(num.num, den)
-    # split num = den*q + r
+    if isinstance(den, Lit) and den.value <= 0:
+        raise ZeroDivisionError(f"{kind.__name__} by non-positive literal {den.value}")
+    for _, _, fn in DIVMOD_RULES:
+        out = fn(kind, num, den)
+        if out is not None:
+            return out
+    return _atom(kind, num, den)
+
+
+def _atom(kind: type, num: Expr, den: Expr) -> Expr:
+    return _intern(kind, (num, den), _init_divmod, num, den)
+
+
+def _init_divmod(n, num, den):
+    n.num = num
+    n.den = den
+    n._free = num._free | den._free
+    n._sort = (type(n)._order, num._sort, den._sort)
+
+
+def _split(num: Expr, den: Expr) -> tuple[Expr, Expr] | None:
+    """``num`` as ``q*den + r``: ``q`` collects the terms that are multiples of ``den`` (and, for a
+    literal ``den``, the constant is reduced into ``[0, den)``). None if ``q`` would be 0."""
     const, terms = _as_poly(num)
-    q: Poly = (0, {})
+    q_const = 0
+    q_terms: dict = {}
     r_terms: dict = {}
     for m, c in terms.items():
         hit = _divides(den, m, c)
         if hit is None:
             r_terms[m] = c
+        elif hit[0] is _ONE:
+            q_const += hit[1]
         else:
-            q = _poly_add(q, _poly_mul(_as_poly(hit[0]), (hit[1], {})))
+            q_terms[hit[0]] = hit[1]   # distinct m give distinct m / den
     if isinstance(den, Lit):
-        q = _poly_add(q, (const // den.value, {}))
-        const = const % den.value
-    r = _poly_to_expr((const, r_terms))
-    qe = _poly_to_expr(q)
-    if kind is Mod:
-        if qe.is_lit(0):
-            return _atom(Mod, r, den)
-        return Mod.make(r, den)
-    if isinstance(r, Lit) and isinstance(den, Lit):
-        return qe + r.value // den.value
-    if r.is_lit(0):
-        return qe
-    return qe + _atom(FloorDiv, r, den)
+        q_const += const // den.value
+        const %= den.value
+    if not q_terms and not q_const:
+        return None
+    return _poly_to_expr((q_const, q_terms)), _poly_to_expr((const, r_terms))
 
 
-def _atom(kind: type, num: Expr, den: Expr) -> Expr:
+# --- div/mod rules: (name, comment, fn(kind, num, den) -> Expr | None) ---------------------------
+
+def _r_den_one(kind, num, den):
+    if den is _ONE:
+        return num if kind is FloorDiv else _ZERO
+    return None
+
+
+def _r_fold(kind, num, den):
     if isinstance(num, Lit) and isinstance(den, Lit):
         return lit(num.value // den.value if kind is FloorDiv else num.value % den.value)
-    if kind is Mod and num.is_lit(0):
-        return lit(0)
-    if kind is FloorDiv and num.is_lit(0):
-        return lit(0)
+    return None
 
-    def init(n):
-        n.num = num
-        n.den = den
-        n._free = num._free | den._free
-        n._sort = (kind._order, num._sort, den._sort)
 
-    return _intern(kind, (num, den), init)
+def _r_zero(kind, num, den):
+    return _ZERO if num is _ZERO else None
+
+
+def _r_self(kind, num, den):
+    if num is den:
+        return _ONE if kind is FloorDiv else _ZERO
+    return None
+
+
+def _r_mod_of_mod(kind, num, den):
+    if kind is Mod and isinstance(num, Mod):
+        outer = _monomial(num.den)
+        if outer is not None and _divides(den, outer[1], outer[0]) is not None:
+            return _divmod(num.num, den, Mod)
+    return None
+
+
+def _r_split_div(kind, num, den):
+    if kind is FloorDiv and not isinstance(num, (Var, FloorDiv, Mod)):
+        qr = _split(num, den)
+        if qr is not None:
+            return qr[0] + _divmod(qr[1], den, FloorDiv)
+    return None
+
+
+def _r_split_mod(kind, num, den):
+    if kind is Mod and not isinstance(num, (Var, FloorDiv, Mod)):
+        qr = _split(num, den)
+        if qr is not None:
+            return _divmod(qr[1], den, Mod)
+    return None
+
+
+DIVMOD_RULES: list[tuple[str, str, Callable[[type, Expr, Expr], Expr | None]]] = [
+    ("den_one", "x // 1  ->  x;  x % 1  ->  0", _r_den_one),
+    ("fold_literals", "7 // 2  ->  3;  7 % 2  ->  1", _r_fold),
+    ("zero_numerator", "0 // d  ->  0;  0 % d  ->  0", _r_zero),
+    ("self", "x // x  ->  1;  x % x  ->  0", _r_self),
+    ("mod_of_mod", "(x % (k*d)) % d  ->  x % d", _r_mod_of_mod),
+    ("split_div", "(q*d + r) // d  ->  q + r // d", _r_split_div),
+    ("split_mod", "(q*d + r) % d  ->  r % d", _r_split_mod),
+]
+"""Div/mod rewrites applied on construction, highest priority first: ``fn(kind, num, den)``
+(``kind`` is ``FloorDiv`` or ``Mod``, ``den`` not a non-positive literal) returns the canonical
+result or None. Whatever no rule rewrites is interned as an atom."""
 
 
 def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
@@ -606,3 +709,9 @@ def gcd_of(p: Expr) -> int:
     """gcd of the constant and all coefficients of a polynomial (0 for the zero polynomial)."""
     const, terms = _as_poly(p)
     return math.gcd(const, *terms.values())
+
+
+_REBUILD: dict[str, Callable[..., Expr]] = {
+    "Lit": lit, "Var": var, "Prod": prod, "Sum": _rebuild_sum, "FloorDiv": _rebuild_floordiv,
+    "Mod": _rebuild_mod, "Shape": shape,
+}

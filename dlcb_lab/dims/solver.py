@@ -2,9 +2,22 @@
 
 The solver keeps three things: a triangular substitution ``var := expr`` (no solved variable occurs
 in any right-hand side), a work list of constraints, and the residual constraints no rule reduces.
-A constraint is rewritten by the first applicable rule of ``RULES`` (highest priority first) until
-it is dropped (it holds), turned into a binding, split, or left as a residual. Binding a variable
-re-queues the residuals that mention it. Each application is a frozen ``TraceRecord``.
+A constraint is rewritten by the first applicable rule of ``RULES`` (highest priority first; the
+first, ``substitute``, applies the substitution) until it is dropped (it holds), turned into a
+binding, rewritten into new constraints, or left as a residual. Binding a variable re-queues the
+residuals that mention it.
+
+Lineage. Every constraint a rule produces is a new ``Constraint`` with its own id and ``parent``
+set to the constraint it was rewritten from. ``Solver.constraints`` holds the user-added ones,
+``Solver.derived`` the produced ones in creation order, so the original set and every rewrite chain
+can be reconstructed (``origin`` follows ``parent`` to the user-added constraint). Each rule
+application is a frozen ``TraceRecord`` holding the interned equation and the rule's outcome; its
+text is rendered only when asked.
+
+Elimination order. ``solve`` prefers the variable of lowest rank and, among equal ranks, the one the
+solver saw last; variables are numbered by first appearance (left to right, lhs before rhs) in the
+constraints passed to ``add``. The result depends only on the constraints, never on when the ``Var``
+objects were created.
 
 The rule set is deliberately small (paper: the regular patterns of the supported ops); it does not
 solve arbitrary integer systems. What it cannot reduce stays residual and is checked on the host.
@@ -15,12 +28,13 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
-from dataclasses import astuple, dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping
 
+from .bounds import nonneg
 from .constraints import Constraint, Constraints, Contradiction, Provenance
-from .expr import (Expr, ExprLike, Lit, Prod, Shape, Sum, Var, _as_poly, _poly_to_expr, as_expr,
-                   gcd_of, lit, prod)
+from .expr import (Expr, ExprLike, Lit, Shape, Sum, Var, _as_poly, _factors, _make_prod,
+                   _monomial, _poly_to_expr, as_expr, gcd_of, lit)
 
 
 class DimKind(enum.Enum):
@@ -36,16 +50,79 @@ def kind_of(resolved: Expr) -> DimKind:
     return DimKind.NAMED if isinstance(resolved, Var) else DimKind.RESIDUAL
 
 
+# --- rule outcomes ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Drop:
+    """The constraint holds."""
+
+    def render(self) -> str:
+        return "true"
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The constraint cannot hold (``why``). ``used``: solved variables just substituted in."""
+
+    why: str
+    used: frozenset[Var] = frozenset()
+
+    def render(self) -> str:
+        return "false"
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Rewritten into the equations ``eqs``, each a new derived constraint (provenance detail
+    ``details[k]`` appended when given). ``used``: solved variables substituted in."""
+
+    eqs: tuple[tuple[Expr, Expr], ...]
+    details: tuple[str, ...] = ()
+    used: frozenset[Var] = frozenset()
+
+    def render(self) -> str:
+        return ", ".join(f"{x!r} == {y!r}" for x, y in self.eqs)
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Solved: ``v := e``, plus host-checked side conditions ``s == 0`` (derived constraints)."""
+
+    v: Var
+    e: Expr
+    side: tuple[Expr, ...] = ()
+
+    def render(self) -> str:
+        s = f"{self.v!r} := {self.e!r}"
+        if self.side:
+            s += "; host-check " + ", ".join(f"{x!r} == 0" for x in self.side)
+        return s
+
+
+Outcome = Drop | Fail | Replace | Bind | None
+
+
 @dataclass(frozen=True)
 class TraceRecord:
-    """One rule application: ``before`` rewritten to ``after`` for constraint ``constraint_id``."""
+    """One rule application: equation ``eq`` of constraint ``constraint_id`` (derived from
+    ``parent_id``, None if user-added) rewritten with ``outcome``. ``before``/``after`` render
+    them as text."""
 
     step: int
     rule: str
     constraint_id: int
-    before: str
-    after: str
+    parent_id: int | None
+    eq: tuple[Expr, Expr]
+    outcome: Drop | Fail | Replace | Bind
     t_ns: int
+
+    @property
+    def before(self) -> str:
+        return f"{self.eq[0]!r} == {self.eq[1]!r}"
+
+    @property
+    def after(self) -> str:
+        return self.outcome.render()
 
     def __repr__(self) -> str:
         return f"{self.step:>4} #{self.constraint_id:<3} {self.rule:<22} {self.before}  ->  {self.after}"
@@ -63,44 +140,29 @@ class SolverTrace(tuple):
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame([astuple(t) for t in self],
-                            columns=["step", "rule", "constraint_id", "before", "after", "t_ns"])
+        return pd.DataFrame([(t.step, t.rule, t.constraint_id, t.parent_id, t.before, t.after,
+                              t.t_ns) for t in self],
+                            columns=["step", "rule", "constraint_id", "parent_id", "before",
+                                     "after", "t_ns"])
 
     def __repr__(self) -> str:
         return "\n".join([f"SolverTrace: {len(self)} rule applications {self.rule_counts()}"]
                          + [repr(t) for t in self])
 
 
-# --- rule outcomes ------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
-class _Drop:           # the constraint holds
-    pass
+class RuleContext:
+    """The solver state a rule may read (live views of the solver's tables; rules never write
+    them): the substitution, the solved variables by name, and each variable's first-appearance
+    number."""
 
+    subst: Mapping[Var, Expr]
+    solved: Mapping[str, Var]
+    seen: Mapping[str, int]
 
-@dataclass(frozen=True)
-class _Fail:           # the constraint cannot hold
-    why: str
-
-
-@dataclass(frozen=True)
-class _Replace:        # rewritten into these equations (same provenance, optional detail each)
-    eqs: tuple[tuple[Expr, Expr], ...]
-    details: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class _Bind:           # solved: var := expr, plus host-checked side conditions (expr == 0)
-    v: Var
-    e: Expr
-    side: tuple[Expr, ...] = ()
-
-
-Outcome = _Drop | _Fail | _Replace | _Bind | None
-
-
-def _diff(a: Expr, b: Expr) -> Expr:
-    return a - b
+    def order(self, v: Var) -> tuple[int, int]:
+        """Elimination preference, smallest first: lowest rank, then the latest seen."""
+        return v.rank, -self.seen[v.name]
 
 
 def _split_signs(d: Expr) -> tuple[Expr, Expr]:
@@ -111,124 +173,142 @@ def _split_signs(d: Expr) -> tuple[Expr, Expr]:
     return pos, neg
 
 
-def _pick_var(cands: Iterable[Var]) -> Var | None:
-    best = None
-    for v in cands:
-        if v.rank >= 2:
-            continue
-        if best is None or (v.rank, -v.serial) < (best.rank, -best.serial):
-            best = v
-    return best
-
-
 def _linear_split(d: Expr, v: Var) -> tuple[Expr, Expr] | None:
-    """``d == v*a + b`` with ``v`` free in ``a`` and ``b`` and ``a`` a monomial, else None."""
+    """``d`` as ``v*m + e`` with ``v`` free in ``m`` and ``e`` (``m`` any polynomial), else None
+    (``v`` squared, or inside a ``//`` or ``%``)."""
     const, terms = _as_poly(d)
-    a_const = 0
-    a_terms: dict = {}
-    b_terms: dict = {}
-    for m, c in terms.items():
-        fs = m.factors if isinstance(m, Prod) else (m,)
-        k = fs.count(v)
-        if k == 0:
-            if v.name in m.free_vars:
-                return None  # v inside a // or % atom
-            b_terms[m] = c
-        elif k == 1 and all(v.name not in f.free_vars for f in fs if f is not v):
-            rest = list(fs)
-            rest.remove(v)
-            if not rest:
-                a_const += c
-                continue
-            mono = rest[0] if len(rest) == 1 else _as_poly(prod(rest))[1].popitem()[0]
-            a_terms[mono] = a_terms.get(mono, 0) + c
-        else:
+    m_const = 0
+    m_terms: dict = {}
+    e_terms: dict = {}
+    for mono, c in terms.items():
+        if v.name not in mono.free_vars:
+            e_terms[mono] = c
+            continue
+        rest = list(_factors(mono))
+        if rest.count(v) != 1:
             return None
-    a = _poly_to_expr((a_const, a_terms))
-    if not (isinstance(a, (Lit, Var, Prod)) or (isinstance(a, Sum) and a.const == 0
-                                               and len(a.terms) == 1)):
+        rest.remove(v)
+        if any(v.name in f.free_vars for f in rest):
+            return None
+        if rest:
+            m_terms[_make_prod(tuple(rest))] = c   # distinct monomials give distinct rests
+        else:
+            m_const += c
+    return _poly_to_expr((m_const, m_terms)), _poly_to_expr((const, e_terms))
+
+
+def _leading(m: Expr) -> int:
+    """Coefficient of the term of highest degree (atoms count 1; ties: the last in canonical
+    order), the one that decides the sign for large values."""
+    if isinstance(m, Lit):
+        return m.value
+    if isinstance(m, Sum):
+        return max(m.terms, key=_degree_key)[1]
+    return 1
+
+
+def _degree_key(term: tuple[Expr, int]) -> tuple:
+    return len(_factors(term[0])), term[0].sort_key
+
+
+# --- rules: (name, comment, fn(ctx, lhs, rhs) -> Outcome) ---------------------------------------
+
+def _r_substitute(ctx, a, b):
+    if not ctx.solved:
         return None
-    return a, _poly_to_expr((const, b_terms))
+    names = (a.free_vars | b.free_vars) & ctx.solved.keys()
+    if not names:
+        return None
+    used = frozenset(ctx.solved[n] for n in names)
+    try:
+        return Replace(((a.subs(ctx.subst), b.subs(ctx.subst)),), used=used)
+    except ZeroDivisionError as err:  # a solved divisor is 0
+        return Fail(str(err), used)
 
 
-# --- rules: (name, comment, fn(lhs, rhs) -> Outcome) -------------------------------------------
-
-def _r_trivial(a, b):
-    # a == a  ->  true   (interned: structural equality is identity)
-    return _Drop() if a is b else None
+def _r_trivial(ctx, a, b):
+    return Drop() if a is b else None
 
 
-def _r_literal(a, b):
-    # 3 == 4  ->  contradiction
+def _r_literal(ctx, a, b):
     if isinstance(a, Lit) and isinstance(b, Lit):
-        return _Drop() if a.value == b.value else _Fail(f"{a.value} != {b.value}")
+        return Drop() if a.value == b.value else Fail(f"{a.value} != {b.value}")
     return None
 
 
-def _r_unpack(a, b):
-    # [a0, a1] == [b0, b1]  ->  a0 == b0, a1 == b1
+def _r_unpack(ctx, a, b):
     if isinstance(a, Shape) or isinstance(b, Shape):
         if not (isinstance(a, Shape) and isinstance(b, Shape)):
-            return _Fail(f"rank mismatch: {a!r} vs {b!r}")
+            return Fail(f"rank mismatch: {a!r} vs {b!r}")
         if len(a) != len(b):
-            return _Fail(f"rank {len(a)} != rank {len(b)}")
-        return _Replace(tuple(zip(a.items, b.items)), tuple(f"axis {i}" for i in range(len(a))))
+            return Fail(f"rank {len(a)} != rank {len(b)}")
+        return Replace(tuple(zip(a.items, b.items)), tuple(f"axis {i}" for i in range(len(a))))
     return None
 
 
-def _r_cancel(a, b):
-    # g*a == g*b + g*k  ->  a == b + k;   g*a == g*b + r (g does not divide r)  ->  contradiction
-    d = _diff(a, b)
+def _r_cancel(ctx, a, b):
+    d = a - b
     const, terms = _as_poly(d)
     if not terms:
-        return _Drop() if const == 0 else _Fail(f"{d!r} == 0")
+        return Drop() if const == 0 else Fail(f"{d!r} == 0")
     g = gcd_of(_poly_to_expr((0, terms)))
     if g > 1:
         if const % g:
-            return _Fail(f"{g} divides the left side but not {const}: {d!r} == 0 has no solution")
-        return _Replace((_split_signs(_poly_to_expr((const // g, {m: c // g for m, c in terms.items()}))),))
+            return Fail(f"{g} divides the left side but not {const}: {d!r} == 0 has no solution")
+        reduced = _poly_to_expr((const // g, {m: c // g for m, c in terms.items()}))
+        return Replace((_split_signs(reduced),))
     return None
 
 
-def _r_collect(a, b):
-    # a + k == b + j  ->  a + (k - j) == b   (terms moved to the side where they are positive)
+def _r_collect(ctx, a, b):
     if isinstance(a, Shape):
         return None
-    pos, neg = _split_signs(_diff(a, b))
+    pos, neg = _split_signs(a - b)
     if (pos is a and neg is b) or (pos is b and neg is a):
         return None
-    return _Replace(((pos, neg),))
+    return Replace(((pos, neg),))
 
 
-def _r_solve(a, b):
-    # v*m + e == 0  ->  v := -e // m   (+ host check -e % m == 0 unless m divides e)
-    d = _diff(a, b)
-    for v in sorted((x for x in _vars_of(d) if x.rank < 2), key=lambda x: (x.rank, -x.serial)):
+def _r_solve(ctx, a, b):
+    """Tries variables in ``ctx.order``. ``m`` is any polynomial free of ``v``, its sign made so
+    the leading coefficient is positive; the host checks the divisor of ``v``'s value positive.
+    A rank-1 variable is solved only by an exact division; an exact division by a non-monomial
+    ``m`` leaves no divisor to check, so ``m >= 1`` must be provable."""
+    d = a - b
+    for v in sorted((x for x in _vars_of(d) if x.rank < 2), key=ctx.order):
         split = _linear_split(d, v)
         if split is None:
             continue
         m, e = split
-        if (m.value if isinstance(m, Lit) else m.terms[0][1] if isinstance(m, Sum) else 1) < 0:
+        if _leading(m) < 0:
             m, e = -m, -e
         q, side = (-e) // m, (-e) % m
-        if v.rank == 0 or side.is_lit(0):   # a user dim is never defined by a division
-            return _Bind(v, q, () if side.is_lit(0) else (side,))
+        exact = side.is_lit(0)
+        if _monomial(m) is None and exact and not nonneg(m - 1):
+            continue
+        if v.rank == 0 or exact:
+            return Bind(v, q, () if exact else (side,))
     return None
 
 
-RULES: list[tuple[str, str, Callable[[Expr, Expr], Outcome]]] = [
-    ("trivial", "a == a  ->  true", _r_trivial),
+RULES: list[tuple[str, str, Callable[[RuleContext, Expr, Expr], Outcome]]] = [
+    ("substitute", "a(v) == b(v)  ->  a(s) == b(s)   for every solved v := s", _r_substitute),
+    ("trivial", "a == a  ->  true   (interned: structural equality is identity)", _r_trivial),
     ("literal", "3 == 4  ->  contradiction; 3 == 3  ->  true", _r_literal),
     ("unpack_list", "[a0, a1] == [b0, b1]  ->  a0 == b0, a1 == b1", _r_unpack),
-    ("cancel_common_factor", "g*a == g*b + g*k  ->  a == b + k", _r_cancel),
-    ("collect", "a + k == b + j  ->  a + (k - j) == b", _r_collect),
-    ("solve", "v*m + e == 0  ->  v := -e // m (+ host check -e % m == 0)", _r_solve),
+    ("cancel_common_factor", "g*a == g*b + g*k  ->  a == b + k;   g*a == g*b + r (g does not "
+     "divide r)  ->  contradiction", _r_cancel),
+    ("collect", "a + k == b + j  ->  a + (k - j) == b   (terms moved to the side where they are "
+     "positive)", _r_collect),
+    ("solve", "v*m + e == 0  ->  v := -e // m   (+ host check -e % m == 0 unless it folds to 0)",
+     _r_solve),
 ]
-"""Rewrite rules, highest priority first. Substitution of solved variables runs before all of
-them (rule name ``substitute``)."""
+"""Rewrite rules, highest priority first: ``fn(ctx, lhs, rhs)`` (``ctx`` a ``RuleContext``)
+returns an outcome or None (does not apply)."""
 
 
 def _vars_of(e: Expr) -> list[Var]:
+    """The variables of ``e`` in order of first appearance (pre-order, left to right)."""
     out: dict[str, Var] = {}
     stack = [e]
     seen = set()
@@ -238,59 +318,87 @@ def _vars_of(e: Expr) -> list[Var]:
             continue
         seen.add(x)
         if isinstance(x, Var):
-            out[x.name] = x
+            out.setdefault(x.name, x)
         else:
-            stack.extend(x.children())
+            stack.extend(reversed(x.children()))
     return list(out.values())
 
 
-class Solver:
-    """Incremental fixed-point solver. ``add`` reduces one constraint (and what it unblocks)."""
+class _Resolves:
+    """``resolve``/``classify``/``origin``, shared by ``Solver`` and ``Solution``: the host class
+    provides ``subst``, ``_solved`` (name -> solved ``Var``) and ``_by_id`` (id -> constraint)."""
 
-    def __init__(self) -> None:
-        self.constraints: list[Constraint] = []
-        self.subst: dict[Var, Expr] = {}
-        self.binding_source: dict[Var, Constraint] = {}
-        self._used: dict[int, frozenset[Var]] = {}   # constraint id -> solved vars substituted in
-        self._deps: dict[Var, frozenset[Var]] = {}   # solved var -> solved vars its value used
-        self.residuals: list[Constraint] = []
-        self.trace: list[TraceRecord] = []
-        self._next_id = 0
-
-    # -- public -------------------------------------------------------------------------------
-    def add(self, lhs: ExprLike, rhs: ExprLike, provenance: Provenance) -> Constraint:
-        """Record ``lhs == rhs`` and solve to a fixed point; raises ``Contradiction``."""
-        c = self._new(as_expr(lhs), as_expr(rhs), provenance)
-        self.constraints.append(c)
-        self._run(deque([c]))
-        return c
+    __slots__ = ()
 
     def resolve(self, e: Expr) -> Expr:
-        """``e`` under the current substitution."""
-        return e.subs(self.subst) if self.subst and (e.free_vars & self._solved_names()) else e
+        """``e`` under the substitution (``e`` itself when it mentions no solved variable)."""
+        return e if self._solved.keys().isdisjoint(e.free_vars) else e.subs(self.subst)
 
     def classify(self, e: Expr) -> DimKind:
         return kind_of(self.resolve(e))
 
+    def origin(self, c: Constraint) -> Constraint:
+        """The user-added constraint ``c`` was derived from (``c`` itself if user-added)."""
+        while c.parent is not None:
+            c = self._by_id[c.parent]
+        return c
+
+
+class Solver(_Resolves):
+    """Incremental fixed-point solver. ``add`` reduces one constraint (and what it unblocks).
+
+    ``constraints``: the user-added constraints, in order; ``derived``: the constraints rules
+    produced (``parent`` set), in creation order; ``residuals``: the constraints left, user-added
+    or derived; ``binding_source[v]``: the constraint, user-added or derived, that solved ``v``.
+    Ids are unique across ``constraints`` and ``derived``.
+    """
+
+    def __init__(self) -> None:
+        self.constraints: list[Constraint] = []
+        self.derived: list[Constraint] = []
+        self.subst: dict[Var, Expr] = {}
+        self.binding_source: dict[Var, Constraint] = {}
+        self.residuals: list[Constraint] = []
+        self.trace: list[TraceRecord] = []
+        self._solved: dict[str, Var] = {}
+        self._seen: dict[str, int] = {}               # variable name -> first-appearance number
+        self._by_id: dict[int, Constraint] = {}
+        self._used: dict[int, frozenset[Var]] = {}   # constraint id -> solved vars substituted in
+        self._deps: dict[Var, frozenset[Var]] = {}   # solved var -> solved vars its value used
+        self._next_id = 0
+        self._ctx = RuleContext(self.subst, self._solved, self._seen)
+
+    # -- public -------------------------------------------------------------------------------
+    def add(self, lhs: ExprLike, rhs: ExprLike, provenance: Provenance) -> Constraint:
+        """Record ``lhs == rhs`` and solve to a fixed point; raises ``Contradiction``."""
+        lhs, rhs = as_expr(lhs), as_expr(rhs)
+        for side in (lhs, rhs):
+            for v in _vars_of(side):
+                self._seen.setdefault(v.name, len(self._seen))
+        c = self._new(lhs, rhs, provenance, None)
+        self.constraints.append(c)
+        self._run(deque([c]))
+        return c
+
     def solution(self) -> "Solution":
         return Solution(dict(self.subst), Constraints(self.residuals), SolverTrace(self.trace),
-                        Constraints(self.constraints))
+                        Constraints(self.constraints), Constraints(self.derived))
 
     # -- internals ------------------------------------------------------------------------------
-    def _solved_names(self) -> frozenset[str]:
-        return frozenset(v.name for v in self.subst)
-
-    def _new(self, lhs: Expr, rhs: Expr, prov: Provenance) -> Constraint:
+    def _new(self, lhs: Expr, rhs: Expr, prov: Provenance, parent: Constraint | None,
+             used: frozenset[Var] = frozenset()) -> Constraint:
         self._next_id += 1
-        return Constraint(self._next_id, lhs, rhs, prov)
-
-    def _record(self, rule: str, c: Constraint, before: str, after: str) -> None:
-        self.trace.append(TraceRecord(len(self.trace), rule, c.id, before, after,
-                                      time.perf_counter_ns()))
+        c = Constraint(self._next_id, lhs, rhs, prov, None if parent is None else parent.id)
+        self._by_id[c.id] = c
+        if parent is not None:
+            self.derived.append(c)
+        if used:
+            self._used[c.id] = used
+        return c
 
     def _colliding(self, c: Constraint, extra: Iterable[Var] = ()) -> tuple[Constraint, ...]:
-        """Sources of the bindings substituted into ``c`` or its rewrites (and of ``extra``),
-        transitively."""
+        """User-added sources of the bindings substituted into ``c`` or its ancestors (and of
+        ``extra``), transitively; ``c``'s own origin excluded."""
         seen: set[Var] = set()
         stack = [*self._used.get(c.id, ()), *extra]
         while stack:
@@ -298,53 +406,52 @@ class Solver:
             if v not in seen:
                 seen.add(v)
                 stack.extend(self._deps[v])
-        return tuple(src for v, src in self.binding_source.items() if v in seen and src is not c)
+        root = self.origin(c)
+        out: dict[int, Constraint] = {}
+        for v, src in self.binding_source.items():
+            if v in seen:
+                r = self.origin(src)
+                if r is not root:
+                    out.setdefault(r.id, r)
+        return tuple(out.values())
+
+    def _contradiction(self, c: Constraint, why: str, extra: Iterable[Var] = ()) -> Contradiction:
+        return Contradiction(self.origin(c), why, self._colliding(c, extra),
+                             None if c.parent is None else c)
 
     def _run(self, work: deque) -> None:
+        ctx = self._ctx
         while work:
             c: Constraint = work.popleft()
-            a, b = c.lhs, c.rhs
-            solved = self._solved_names()
-            if (a.free_vars | b.free_vars) & solved:
-                used = frozenset(v for v in self.subst if v.name in a.free_vars | b.free_vars)
-                self._used[c.id] = self._used.get(c.id, frozenset()) | used
-                try:
-                    a2, b2 = a.subs(self.subst), b.subs(self.subst)
-                except ZeroDivisionError as err:  # a solved divisor is 0
-                    raise Contradiction(c, str(err), self._colliding(c)) from None
-                self._record("substitute", c, f"{a!r} == {b!r}", f"{a2!r} == {b2!r}")
-                a, b = a2, b2
             for name, _, fn in RULES:
-                out = fn(a, b)
-                if out is None:
-                    continue
-                if isinstance(out, _Drop):
-                    self._record(name, c, f"{a!r} == {b!r}", "true")
-                elif isinstance(out, _Fail):
-                    self._record(name, c, f"{a!r} == {b!r}", "false")
-                    raise Contradiction(c, out.why, self._colliding(c))
-                elif isinstance(out, _Replace):
-                    self._record(name, c, f"{a!r} == {b!r}",
-                                 ", ".join(f"{x!r} == {y!r}" for x, y in out.eqs))
-                    for k in reversed(range(len(out.eqs))):
-                        prov = c.provenance
-                        if out.details:
-                            sep = ", " if prov.detail else ""
-                            prov = replace(prov, detail=prov.detail + sep + out.details[k])
-                        work.appendleft(Constraint(c.id, *out.eqs[k], prov))
-                elif isinstance(out, _Bind):
-                    after = f"{out.v!r} := {out.e!r}"
-                    if out.side:
-                        after += "; host-check " + ", ".join(f"{s!r} == 0" for s in out.side)
-                    self._record(name, c, f"{a!r} == {b!r}", after)
-                    self._bind(out.v, out.e, c, work)
-                    for s in out.side:
-                        work.append(Constraint(c.id, s, lit(0), c.provenance))
-                break
+                out = fn(ctx, c.lhs, c.rhs)
+                if out is not None:
+                    self._apply(name, c, out, work)
+                    break
             else:
-                if (a, b) != (c.lhs, c.rhs):
-                    c = Constraint(c.id, a, b, c.provenance)
                 self.residuals.append(c)
+
+    def _apply(self, rule: str, c: Constraint, out: Drop | Fail | Replace | Bind,
+               work: deque) -> None:
+        self.trace.append(TraceRecord(len(self.trace), rule, c.id, c.parent, (c.lhs, c.rhs), out,
+                                      time.perf_counter_ns()))
+        if isinstance(out, Fail):
+            raise self._contradiction(c, out.why, out.used)
+        used = self._used.get(c.id, frozenset())
+        if isinstance(out, Replace):
+            used = used | out.used
+            new = []
+            for k, (x, y) in enumerate(out.eqs):
+                prov = c.provenance
+                if out.details:
+                    sep = ", " if prov.detail else ""
+                    prov = replace(prov, detail=prov.detail + sep + out.details[k])
+                new.append(self._new(x, y, prov, c, used))
+            work.extendleft(reversed(new))
+        elif isinstance(out, Bind):
+            self._bind(out.v, out.e, c, work)
+            for s in out.side:
+                work.append(self._new(s, lit(0), c.provenance, c, used))
 
     def _bind(self, v: Var, e: Expr, src: Constraint, work: deque) -> None:
         one = {v: e}
@@ -353,10 +460,11 @@ class Solver:
                 try:
                     self.subst[k] = self.subst[k].subs(one)
                 except ZeroDivisionError as err:  # k := x // v (reshape -1) with v := 0
-                    raise Contradiction(src, f"{k!r} := {self.subst[k]!r} with {v!r} := {e!r}: "
-                                        f"{err}", self._colliding(src, (k,))) from None
+                    raise self._contradiction(src, f"{k!r} := {self.subst[k]!r} with {v!r} := "
+                                              f"{e!r}: {err}", (k,)) from None
                 self._deps[k] |= {v}
         self.subst[v] = e
+        self._solved[v.name] = v
         self._deps[v] = self._used.get(src.id, frozenset())
         self.binding_source[v] = src
         keep = []
@@ -366,19 +474,21 @@ class Solver:
 
 
 @dataclass(frozen=True)
-class Solution:
-    """The fixed point: substitution, residual (host-checked) constraints and the trace."""
+class Solution(_Resolves):
+    """The fixed point: substitution, residual (host-checked) constraints, the trace, and the
+    user-added and derived constraints (see ``Solver``)."""
 
     subst: Mapping[Var, Expr]
     residuals: tuple[Constraint, ...]
     trace: tuple[TraceRecord, ...]
     constraints: tuple[Constraint, ...]
+    derived: tuple[Constraint, ...] = ()
+    _solved: Mapping[str, Var] = field(init=False, repr=False, compare=False)
+    _by_id: Mapping[int, Constraint] = field(init=False, repr=False, compare=False)
 
-    def resolve(self, e: Expr) -> Expr:
-        return e.subs(self.subst)
-
-    def classify(self, e: Expr) -> DimKind:
-        return kind_of(self.resolve(e))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_solved", {v.name: v for v in self.subst})
+        object.__setattr__(self, "_by_id", {c.id: c for c in (*self.constraints, *self.derived)})
 
     def rule_counts(self) -> dict[str, int]:
         return SolverTrace(self.trace).rule_counts()
