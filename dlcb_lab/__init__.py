@@ -7,9 +7,8 @@
 """
 
 from .api import CompiledModule, Pipeline, compile
-from .bridge.fx import UnsupportedOp
-from .dims import Contradiction, ShapeError
-from .hostgen.program import ShapeMismatch
+from .dims import Contradiction
+from .errors import (DLError, DTypeError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp)
 
-__all__ = ["compile", "CompiledModule", "Pipeline", "ShapeError", "Contradiction", "ShapeMismatch",
-           "UnsupportedOp"]
+__all__ = ["compile", "CompiledModule", "Pipeline", "DLError", "ShapeError", "Contradiction",
+           "ShapeMismatch", "UnsupportedOp", "DTypeError", "SpecError"]

@@ -4,20 +4,23 @@ constraints admit, compiled once (kernels built once per compile, never per call
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from .bridge.fx import lower_to_ir, trace
-from .dims import Constraints, DimKind, Expr, SolverTrace
-from .hostgen.lower import LaunchPlan, lower
+from .dims import Constraint, Constraints, DimKind, Expr, Lit, SolverTrace, Var
+from .errors import ShapeError, ShapeMismatch, SpecError
+from .hostgen.lower import LaunchPlan, dim_origins, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
-from .kgen.coords import CoordMap, KernelBody, infer_kernels
-from .kgen.emit import (NARROW, cuda_kernel, cuda_module, entry_points, numba_kernel,
-                        numba_module, signature)
-from .runtime.thunks import CpuLauncher, CudaLauncher, DynamicAOTThunk, StaticThunk, Thunk
+from .kgen.emit import CUDA_PRELUDE, cuda_kernel, numba_kernel
+from .kgen.infer import infer_kernels, materialized_values
+from .kgen.kir import CoordMap, KernelBody
+from .runtime.build import build_kernels
+from .runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
 
 
 @dataclass(frozen=True)
@@ -62,14 +65,15 @@ class DimTable:
 
 @dataclass(frozen=True)
 class Kernel:
-    """A generated kernel: its body, coordinate map and source in the chosen backend's language."""
+    """A generated kernel: its body, coordinate map and source in the chosen backend's language.
+    ``cuda_source`` is self-contained (prelude included): it compiles with NVRTC as shown."""
 
     body: KernelBody
     backend: str
 
     @property
     def source(self) -> str:
-        """Source in the backend's language (the cooperative variant, if any, is ``variant``)."""
+        """Source in the backend's language (with the cooperative variant, if any)."""
         return self.cuda_source if self.backend == "cuda" else self.numba_source
 
     @property
@@ -82,7 +86,7 @@ class Kernel:
 
     @property
     def cuda_source(self) -> str:
-        return cuda_kernel(self.body)
+        return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(v) for v in self.body.variants())
 
     @property
     def numba_source(self) -> str:
@@ -118,7 +122,8 @@ class Pipeline:
 
 
 class CompiledModule:
-    """Callable result of ``dl.compile``. Returns a tensor (or a tuple for several outputs)."""
+    """Callable result of ``dl.compile``. Returns a tensor (or a tuple for several outputs).
+    Pickles without its loaded kernels; unpickling rebuilds them (from the kernel cache)."""
 
     def __init__(self, pipeline: Pipeline, single: bool, kernel_builds: int,
                  constants: Sequence[torch.Tensor] = ()):
@@ -145,17 +150,37 @@ class CompiledModule:
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
                 "compile_s": sum(self.pipeline.timings.values())}
 
+    def __reduce__(self):
+        th = self._thunk
+        shapes = th.shapes if isinstance(th, StaticThunk) else None
+        return (_restore, (replace(self.pipeline, thunks=()), self._single, self._constants,
+                           th.device, shapes))
+
     def __repr__(self) -> str:
         return f"CompiledModule({self._thunk!r})"
+
+
+def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Thunk, int]:
+    launchers, builds = build_kernels([k.body for k in p.kernels], backend)
+    g = p.graph
+    args = (p.host_program, p.launch_plan, launchers, [v.dtype for v in g.inputs], backend,
+            [v.name for v in g.inputs])
+    thunk = StaticThunk(*args, shapes=shapes) if shapes is not None else DynamicAOTThunk(*args)
+    return thunk, builds
+
+
+def _restore(p: Pipeline, single: bool, consts: tuple, backend: str, shapes) -> CompiledModule:
+    thunk, builds = _make_thunk(p, backend, shapes)
+    return CompiledModule(replace(p, thunks=(thunk,)), single, builds, consts)
 
 
 def _resolve_backend(backend: str) -> str:
     if backend == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if backend not in ("cpu", "cuda"):
-        raise ValueError(f"backend must be 'auto', 'cpu' or 'cuda', not {backend!r}")
+        raise SpecError(f"backend must be 'auto', 'cpu' or 'cuda', not {backend!r}")
     if backend == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("backend='cuda' but torch sees no CUDA device")
+        raise SpecError("backend='cuda' but torch sees no CUDA device")
     return backend
 
 
@@ -167,71 +192,74 @@ def _dim_table(g: Graph) -> DimTable:
     return DimTable(tuple(rows))
 
 
-def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
-    """Compile all kernels of one graph as one unit. Returns (launchers, kernel functions built)."""
-    if backend == "cuda":
-        from .runtime.cuda_launch import CudaModule
-        from .runtime.nvrtc import compile_cubin, device_arch
+def _fixing_constraints(g: Graph, v: Var) -> list[Constraint]:
+    """The bindings that made ``v`` a literal: its own and those of the variables they used."""
+    out: list[Constraint] = []
+    stack = [v]
+    while stack:
+        src = g.solver.binding_source.get(stack.pop())
+        if src is not None and src not in out:
+            out.append(src)
+            stack += [w for w in g.solver.subst if w.name in src.lhs.free_vars | src.rhs.free_vars]
+    return out
 
-        cubin = compile_cubin(cuda_module(list(bodies)), arch=device_arch())
-        mod = CudaModule(cubin, entry_points(list(bodies)))
-        sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        launchers = []
-        for b in bodies:
-            variants = (b,) if b.variant is None else (b, b.variant)
-            launchers.append(CudaLauncher({(i, narrow): mod.kernel(v.name + NARROW * narrow,
-                                                                   signature(v))
-                                           for i, v in enumerate(variants)
-                                           for narrow in (False, True)}, sm))
-        return launchers, len(entry_points(list(bodies)))
-    from .runtime.numba_cpu import load_numba_module
 
-    mod, _ = load_numba_module(numba_module(list(bodies)))
-    launchers = [CpuLauncher(getattr(mod, b.name)) for b in bodies]
-    return launchers, len(bodies)
+def check_generalization(g: Graph, strict: bool = True) -> None:
+    """A dim declared dynamic that the graph fixes to a literal is an error (``strict``) or a
+    warning naming the dim and the constraints that fixed it."""
+    for v, origin in dim_origins(g).items():
+        e = g.solver.resolve(v)
+        if not isinstance(e, Lit):
+            continue
+        why = "; ".join(f"#{c.id} {c.lhs!r} == {c.rhs!r} from {c.provenance}"
+                        for c in _fixing_constraints(g, v))
+        msg = (f"dim {v.name} ({origin}) is declared dynamic but the program fixes it to "
+               f"{e.value}: {why}")
+        if strict:
+            raise ShapeError(msg)
+        warnings.warn(msg + " (compiled static in it)", stacklevel=3)
 
 
 def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-            dynamic: Mapping[int, Mapping[int, str]] | bool = False,
-            backend: str = "auto") -> CompiledModule:
+            dynamic: Mapping[int | str, Mapping[int, str]] | bool = False,
+            backend: str = "auto", strict: bool = True) -> CompiledModule:
     """Compile ``module`` once for the shapes ``dynamic`` admits.
 
-    ``dynamic`` maps an input index to ``{axis: dim name}`` (negative axes count from the end);
-    ``False`` (or ``{}``) compiles the example shapes statically. Raises ``ShapeError`` for
-    incompatible shapes and ``UnsupportedOp`` for ops outside the supported set.
+    ``dynamic`` maps an input (position, or parameter name of ``forward``) to ``{axis: dim name}``
+    (negative axes count from the end); ``False`` compiles the example shapes statically. A dim
+    declared dynamic that the program fixes to a literal raises ``ShapeError`` (a warning with
+    ``strict=False``). The example inputs must satisfy the compiled constraints. Raises
+    ``ShapeError`` for incompatible shapes, ``UnsupportedOp`` for ops outside the supported set,
+    ``DTypeError`` for dtypes an op rejects, ``SpecError`` for malformed arguments.
     """
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    if dynamic is True:
-        raise ValueError("dynamic=True needs dim names: pass {input: {axis: 'N'}}")
-    spec = dict(dynamic or {})
+    example_inputs = tuple(example_inputs)
     backend = _resolve_backend(backend)
     t = {}
     t0 = time.perf_counter()
-    gm = trace(module)
-    g = lower_to_ir(gm, list(example_inputs), spec)
+    g = lower_to_ir(trace(module), example_inputs, dynamic)
+    check_generalization(g, strict)
     t["capture+solve"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     bodies = infer_kernels(g, cooperative=backend == "cuda")
     t["kgen"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    host, plan = lower(g, bodies)
-    t["hostgen"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    launchers, builds = build_kernels(bodies, backend)
-    t["build"] = time.perf_counter() - t0
-    is_static = not any(g.solver.classify(d) != DimKind.LITERAL for v in g.inputs
-                        for d in v.shape.items)
+    host, plan = lower(g, materialized_values(g), bodies)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
-    consts = [t.detach().to(device) for _, t in g.constants]   # same storage when already there
-    args = (host, plan, launchers, [v.dtype for v in g.inputs], backend, [v.name for v in g.inputs])
-    if is_static:
-        shapes = [tuple(x.shape) for x in example_inputs] + [tuple(t.shape) for t in consts]
-        thunk: Thunk = StaticThunk(*args, shapes=shapes)
-    else:
-        thunk = DynamicAOTThunk(*args)
+    consts = [c.detach().to(device) for _, c in g.constants]   # same storage when already there
+    shapes = [tuple(x.shape) for x in example_inputs] + [tuple(c.shape) for c in consts]
+    try:
+        host.interpret(shapes)
+    except ShapeMismatch as err:
+        raise ShapeError(f"the example inputs violate the compiled program: {err}") from None
+    t["hostgen"] = time.perf_counter() - t0
+    is_static = all(g.solver.classify(d) is DimKind.LITERAL for v in g.inputs
+                    for d in v.shape.items)
     sol = g.solver.solution()
     pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g),
-                    tuple(Kernel(b, backend) for b in bodies), host, plan,
-                    (thunk,), t)
-    return CompiledModule(pipe, len(g.outputs) == 1, builds, consts)
+                    tuple(Kernel(b, backend) for b in bodies), host, plan, (), t)
+    t0 = time.perf_counter()
+    thunk, builds = _make_thunk(pipe, backend, shapes if is_static else None)
+    t["build"] = time.perf_counter() - t0
+    return CompiledModule(replace(pipe, thunks=(thunk,)), len(g.outputs) == 1, builds, consts)

@@ -20,7 +20,7 @@ import dlcb_lab as dl
 from dlcb_lab.bridge.fx import lower_to_ir, trace
 from dlcb_lab.dims import lit
 from dlcb_lab.hostgen.lower import lower
-from dlcb_lab.kgen.coords import coord_var, infer_kernels
+from dlcb_lab.kgen.infer import coord_var, infer_kernels, materialized_values
 from dlcb_lab.kgen.emit import cuda_kernel, cuda_module, numba_kernel, numba_module
 from dlcb_lab.kgen.emit import NARROW, all_variants, entry_points
 from dlcb_lab.runtime.nvrtc import compile_cubin
@@ -116,7 +116,7 @@ def test_worked_coord_map(worked):
     assert loads["x"] == (c0, c1 // 6, c1 % 6)
     assert loads["y"] == (lit(0), c1 // 6, lit(0))
     assert loads["x"][1] is loads["y"][1]     # interned: one node for ``j // 6``
-    assert [repr(e) for _, e in cm.out_coords] == ["t // 24", "t % 24"]
+    assert [repr(e) for _, e in cm.out_coords] == ["_t // 24", "_t % 24"]
     assert cm.loops == ()
 
 
@@ -128,15 +128,15 @@ def test_worked_cuda_source(worked):
     # N stays symbolic: it reaches the kernel only through the ``long long`` thread count 24*N
     # (no coordinate needs N itself); 24 and 6 are literals the compiler strength-reduces.
     assert "long long numel" in head
-    assert all(n == "N" for n, _ in b.params)   # N, if passed at all, by name; nothing else
+    assert all(n == "d_N" for n, _ in b.params)   # N, if passed at all, as d_N; nothing else
     body = src[src.index("{"):]
-    assert re.search(r"\bN\b", body) is None or "long long N" in head
-    assert "in_x[t]" in src                 # x's index 24*(t // 24) + t % 24 collapses to t
+    assert re.search(r"\bd_N\b", body) is None or "long long d_N" in head
+    assert "in0[t]" in src                  # x's index 24*(t // 24) + t % 24 collapses to t
     assert len(re.findall(r"= t % 24;", src)) == 1 and len(re.findall(r" / 6;", src)) == 1
     assert "dlcb_fdiv" not in src                              # coords are >= 0: plain C division
     py = numba_kernel(b)
-    assert "in_x[t]" in py and len(re.findall(r"^\s*\w+ = \w+ // 6\b", py, re.M)) == 1
-    host, _ = lower(g, bodies)
+    assert "in0[t]" in py and len(re.findall(r"^\s*\w+ = \w+ // 6\b", py, re.M)) == 1
+    host, _ = lower(g, materialized_values(g), bodies)
     for n in (1, 5, 64):
         r = host.interpret([(n, 4, 6), (1, 4, 1)])
         assert r[host.slots[f"{b.name}.numel"]] == 24 * n
@@ -150,11 +150,11 @@ def test_named_dim_is_a_kernel_parameter():
     evaluated by the host from ``x.shape[0]``."""
     g, bodies = build(BY_NAME["mixed"])
     red = next(b for b in bodies if b.coord_map.loops)
-    assert [(n, repr(e)) for n, e in red.params] == [("N", "N")]
+    assert [(n, repr(e)) for n, e in red.params] == [("d_N", "N")]
     src = cuda_kernel(red)
-    assert "long long N)" in src and re.search(r"r0 < N;", src)
-    host, _ = lower(g, bodies)
-    assert host.interpret([(7, 4, 6), (1, 4, 1)])[host.slots[f"{red.name}.N"]] == 7
+    assert "long long d_N)" in src and re.search(r"l0 < d_N;", src)
+    host, _ = lower(g, materialized_values(g), bodies)
+    assert host.interpret([(7, 4, 6), (1, 4, 1)])[host.slots[f"{red.name}.d_N"]] == 7
 
 
 def test_numba_source_is_valid_python():
@@ -228,7 +228,7 @@ def test_host_interpret_matches_compiled(case, spec):
         g, _ = build(case, spec)
         make = lambda n, m: [tuple(t.shape) for t in case.inputs(   # noqa: E731
             n, m if spec == "dynamic2" else None)]
-    host, _ = lower(g, infer_kernels(g))
+    host, _ = lower(g, materialized_values(g), infer_kernels(g))
     fast = host.compile()
     seen = {"ok": 0, "err": 0}
     for _ in range(60):

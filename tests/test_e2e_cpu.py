@@ -71,7 +71,7 @@ def test_float64(compiled):
     for n in (1, 5):
         ins = case.inputs(n, dtype=torch.float64)
         check_eager(case, cm, ins)
-    assert all(k.body.dtype == "f64" for k in cm.pipeline.kernels)
+    assert all(k.body.dtype.tag == "f64" for k in cm.pipeline.kernels)
 
 
 def test_noncontiguous_input(compiled):

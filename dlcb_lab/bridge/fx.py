@@ -1,64 +1,48 @@
 """PyTorch bridge, capture half (paper §2.1): trace a module with torch.fx and lower it to DLCB IR.
 
 Inputs get symbolic shapes: an axis named in ``dynamic`` becomes a user dimension variable (rank 1),
-every other axis the literal size of the example input. Size queries (``x.size(0)``, ``x.shape``)
-become dimension expressions, so ``x.view(x.size(0), -1)`` stays symbolic. An op outside the
-supported set raises ``UnsupportedOp`` naming the fx node and the user's source line.
+every other axis the literal size of the example input. Size queries (``x.size(0)``, ``x.shape``,
+``x.numel()``) become dimension expressions, so ``x.view(x.size(0), -1)`` stays symbolic.
+
+Lowering is table-driven: each lowering function has torch's signature (names and defaults), and an
+fx node's ``args``/``kwargs`` are bound against it, so keyword defaults spelled out
+(``F.relu(x, inplace=False)``) and positional/keyword spellings lower alike; an argument outside the
+signature, or a value the lowering does not support, raises ``UnsupportedOp``. Function, method
+and module spellings map to one lowering (``_FUNCTIONS``, ``_METHODS``, ``_MODULES``). In-place
+forms (``relu_``, ``+=``, ``inplace=True``) are functionalized: later uses of the mutated value, and
+of its aliases, see the result. Axes follow torch's wrapping rules and are checked. Every compile
+error names the fx node and the user's source line; unsupported nodes are all listed in one error.
 """
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import operator
 import os
-import re
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..dims import Expr, lit, var
+from ..dims import Expr, Lit, lit, prod, var
+from ..errors import DLError, DTypeError, ShapeError, SpecError, UnsupportedOp
 from ..ir.graph import Graph, Value
+from ..ir.ops import OPS, OpKind
 
-DynamicSpec = Mapping[int, Mapping[int, str]]
+DynamicSpec = Mapping[int | str, Mapping[int, str]]
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_RESERVED = re.compile(r"^(_.*|t|rf|[cr]\d+|p\d+|numel|out|step|i\d+|v\d+|x\d+|acc\d+)$")
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-class UnsupportedOp(NotImplementedError):
-    """The traced program uses an op DLCB does not lower (yet)."""
-
-
-_UNARY = {"relu", "neg", "exp", "sigmoid", "tanh", "abs"}
-_BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
-_REDUCE = {"sum", "mean", "amax"}
-
-_FUNCTIONS: dict[Any, str] = {
-    torch.relu: "relu", F.relu: "relu", torch.neg: "neg", operator.neg: "neg", torch.exp: "exp",
-    torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", torch.tanh: "tanh", F.tanh: "tanh",
-    torch.abs: "abs", operator.abs: "abs",
-    torch.add: "add", operator.add: "add", operator.iadd: "add", torch.sub: "sub",
-    operator.sub: "sub", operator.isub: "sub", torch.mul: "mul", operator.mul: "mul",
-    operator.imul: "mul", torch.div: "div", operator.truediv: "div", operator.itruediv: "div",
-    torch.maximum: "maximum", torch.minimum: "minimum",
-    torch.reshape: "reshape", torch.flatten: "flatten", torch.permute: "permute",
-    torch.transpose: "transpose", torch.sum: "sum", torch.mean: "mean", torch.amax: "amax",
-}
-_MODULES: dict[type, str] = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh",
-                             nn.Flatten: "flatten", nn.Identity: "identity"}
-_METHODS = _UNARY | _BINARY | _REDUCE | {"view", "reshape", "flatten", "permute", "transpose",
-                                         "contiguous", "size"}
-
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-
+# --- capture ---------------------------------------------------------------------------------------
 
 class _Tracer(fx.Tracer):
-    """fx tracer that records the user's source line of each node (``meta["dlcb_where"]``).
+    """fx tracer that records the user's source line of each node (``meta["dlcb_where"]``): the
+    innermost frame outside torch and this bridge (a torchvision model's own file is user code).
 
     fx's own ``record_stack_traces`` symbolizes whole stacks (about 1.5 s on first use); one frame
     walk per node is enough to name the line an error should point at.
@@ -67,8 +51,7 @@ class _Tracer(fx.Tracer):
     def create_node(self, *args, **kwargs):
         node = super().create_node(*args, **kwargs)
         f = sys._getframe(1)
-        while f is not None and (f.f_code.co_filename.startswith(_TORCH_DIR)
-                                 or f.f_code.co_filename.startswith(_OWN_DIR)):
+        while f is not None and f.f_code.co_filename.startswith((_TORCH_DIR, _OWN_DIR)):
             f = f.f_back
         if f is not None:
             code = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
@@ -78,8 +61,14 @@ class _Tracer(fx.Tracer):
 
 
 def trace(module: nn.Module) -> fx.GraphModule:
+    """Symbolically trace ``module``; fx's refusals (data-dependent control flow...) become
+    ``UnsupportedOp``."""
     tracer = _Tracer()
-    graph = tracer.trace(module)
+    try:
+        graph = tracer.trace(module)
+    except (fx.proxy.TraceError, TypeError, RuntimeError, NotImplementedError) as err:
+        raise UnsupportedOp(f"torch.fx cannot trace {type(module).__name__}: "
+                            f"{str(err).splitlines()[0]}") from None
     return fx.GraphModule(tracer.root, graph)
 
 
@@ -87,98 +76,515 @@ def _where(node: fx.Node) -> str:
     return node.meta.get("dlcb_where", node.name)
 
 
-def input_dims(example: torch.Tensor, spec: Mapping[int, str] | None, i: int) -> list[Expr]:
-    spec = dict(spec or {})
-    dims: list[Expr] = []
-    for k, n in enumerate(example.shape):
-        name = spec.pop(k, None) if k in spec else spec.pop(k - example.dim(), None)
-        if name is None:
-            dims.append(lit(int(n)))
-            continue
-        if not isinstance(name, str) or not name.isidentifier() or _RESERVED.match(name):
-            raise ValueError(f"input {i} axis {k}: dim name {name!r} must be an identifier not "
-                             f"starting with '_' nor reserved ({_RESERVED.pattern})")
-        dims.append(var(name, 1))
-    if spec:
-        raise ValueError(f"input {i}: dynamic axes {sorted(spec)} out of range for rank "
-                         f"{example.dim()}")
-    return dims
+# --- the dynamic spec ------------------------------------------------------------------------------
+
+_FORM = ("expected dynamic=False or {input: {axis: dim name}} with input a position or a name, "
+         "e.g. {0: {0: 'N'}} or {'x': {0: 'N', 2: 'H'}}")
 
 
-def _norm_axes(dims: Any, rank: int) -> tuple[int, ...]:
+def normalize_dynamic(dynamic: Any, names: Sequence[str], ranks: Sequence[int]
+                      ) -> dict[int, dict[int, str]]:
+    """``dynamic`` as {input position: {non-negative axis: dim name}}, or ``SpecError``."""
+    if dynamic is False or dynamic is None:
+        return {}
+    if dynamic is True:
+        raise SpecError(f"dynamic=True needs dim names: {_FORM}")
+    if not isinstance(dynamic, Mapping):
+        raise SpecError(f"dynamic={dynamic!r}: {_FORM}")
+    out: dict[int, dict[int, str]] = {}
+    for key, axes in dynamic.items():
+        if isinstance(key, str) and key in names:
+            i = names.index(key)
+        elif isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(names):
+            i = key
+        else:
+            raise SpecError(f"dynamic: {key!r} is not an input (inputs: "
+                            f"{', '.join(f'{j} {n!r}' for j, n in enumerate(names))}); {_FORM}")
+        if i in out:
+            raise SpecError(f"dynamic: input {i} '{names[i]}' given twice")
+        if not isinstance(axes, Mapping):
+            raise SpecError(f"dynamic[{key!r}] = {axes!r}: {_FORM}")
+        spec: dict[int, str] = {}
+        for ax, name in axes.items():
+            r = ranks[i]
+            if isinstance(ax, bool) or not isinstance(ax, int) or not -r <= ax < r:
+                raise SpecError(f"input {i} '{names[i]}': axis {ax!r} is not an axis of rank {r}")
+            if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+                raise SpecError(f"input {i} '{names[i]}' axis {ax}: dim name {name!r} must be an "
+                                f"identifier not starting with '_'")
+            if ax % r in spec:
+                raise SpecError(f"input {i} '{names[i]}': axis {ax} named twice")
+            spec[ax % r] = name
+        out[i] = spec
+    return out
+
+
+def input_dims(example: torch.Tensor, spec: Mapping[int, str]) -> list[Expr]:
+    return [var(spec[k], 1) if k in spec else lit(int(n)) for k, n in enumerate(example.shape)]
+
+
+# --- lowering context and helpers ----------------------------------------------------------------
+
+class _Cx:
+    """What a lowering sees: the graph and the fx node's name and source line."""
+
+    def __init__(self, g: Graph, name: str, where: str):
+        self.g, self.name, self.where = g, name, where
+        self.n = 0
+
+    def apply(self, op: str, *inputs: Any, **attrs: Any) -> Value:
+        """Append IR op ``op``; the first op of a lowering carries the fx node's name, further
+        ones ``<name>_2``, ``<name>_3``..."""
+        self.n += 1
+        return self.g.apply(op, *inputs, name=f"{self.name}" if self.n == 1 else
+                            f"{self.name}_{self.n}", where=self.where, **attrs)
+
+    def cast(self, x: Value, dtype: torch.dtype) -> Value:
+        return x if x.dtype == dtype else self.apply("to", x, dtype=dtype)
+
+
+def wrap_axis(a: Any, rank: int, what: str = "dim") -> int:
+    """torch's axis wrapping: ``-rank <= a < rank`` (a 0-d tensor admits -1 and 0)."""
+    r = max(rank, 1)
+    if isinstance(a, Lit):
+        a = a.value
+    if isinstance(a, bool) or not isinstance(a, int):
+        raise ShapeError(f"{what} {a!r} is not an integer")
+    if not -r <= a < r:
+        raise ShapeError(f"{what} {a} out of range for a rank-{rank} tensor (expected in "
+                         f"[{-r}, {r - 1}])")
+    return a % r
+
+
+def _axes(dims: Any, rank: int) -> tuple[int, ...]:
+    """Reduction axes: None or an empty list mean every axis; duplicates are an error."""
     if dims is None:
         return tuple(range(rank))
-    if isinstance(dims, int):
+    if not isinstance(dims, (tuple, list)):
         dims = (dims,)
-    return tuple(sorted(d % rank if rank else d for d in dims))
+    if not dims:
+        return tuple(range(rank))
+    out = [wrap_axis(d, rank) for d in dims]
+    for a in out:
+        if out.count(a) > 1:
+            raise ShapeError(f"dim {a} appears multiple times in the list of dims {list(dims)}")
+    return tuple(sorted(out)) if rank else ()
 
 
-def lower_to_ir(gm: fx.GraphModule, examples: Sequence[torch.Tensor],
-                dynamic: DynamicSpec) -> Graph:
+def _tensor(x: Any, what: str = "input") -> Value:
+    if not isinstance(x, Value):
+        raise UnsupportedOp(f"{what} {x!r} is not a tensor")
+    return x
+
+
+def _operand(x: Any) -> Value | bool | int | float:
+    """A tensor operand or a Python number; a literal dimension is a number, a symbolic one is not
+    supported as a tensor value."""
+    if isinstance(x, Lit):
+        return x.value
+    if isinstance(x, Expr):
+        raise UnsupportedOp(f"dimension {x!r} used as a tensor value (only literal sizes can be)")
+    if isinstance(x, (Value, bool, int, float)):
+        return x
+    raise UnsupportedOp(f"operand {x!r} is neither a tensor nor a Python number")
+
+
+def _no(**kw: Any) -> None:
+    """Refuse arguments the lowering does not support (value differs from the default)."""
+    for k, (v, default) in kw.items():
+        if v is not default and v != default:
+            raise UnsupportedOp(f"{k}={v!r} unsupported")
+
+
+def _shape_arg(shape: tuple, kwargs: dict, key: str) -> tuple:
+    """``view(2, 3)``, ``view((2, 3))`` and ``view(size=(2, 3))`` alike."""
+    if key in kwargs and not shape:
+        shape = (kwargs.pop(key),)
+    if kwargs:
+        raise UnsupportedOp(f"unexpected arguments {kwargs}")
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+# --- lowerings (torch's signatures) ------------------------------------------------------------------
+
+def _l_identity(cx, input):
+    return _tensor(input)
+
+
+def _l_contiguous(cx, input, memory_format=torch.contiguous_format):
+    _no(memory_format=(memory_format, torch.contiguous_format))
+    return _tensor(input)
+
+
+def _unary(op: str) -> Callable:
+    def lowering(cx, input, *, out=None):
+        _no(out=(out, None))
+        return cx.apply(op, _tensor(input))
+    return lowering
+
+
+def _l_relu(cx, input, inplace=False):
+    return cx.apply("relu", _tensor(input))
+
+
+def _binary(op: str) -> Callable:
+    def lowering(cx, input, other, *, out=None):
+        _no(out=(out, None))
+        return cx.apply(op, _operand(input), _operand(other))
+    return lowering
+
+
+def _additive(op: str) -> Callable:
+    def lowering(cx, input, other, *, alpha=1, out=None):
+        _no(out=(out, None))
+        other = _operand(other)
+        if alpha is not True and alpha != 1:   # input + alpha * other
+            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+                raise UnsupportedOp(f"alpha={alpha!r} is not a Python number")
+            other = cx.apply("mul", other, alpha) if isinstance(other, Value) else other * alpha
+        return cx.apply(op, _operand(input), other)
+    return lowering
+
+
+def _l_div(cx, input, other, *, rounding_mode=None, out=None):
+    _no(rounding_mode=(rounding_mode, None), out=(out, None))
+    return cx.apply("div", _operand(input), _operand(other))
+
+
+def _boolean(op: str) -> Callable:
+    """``~``, ``&``, ``|``: logical on bool tensors; bitwise integer ops are unsupported."""
+    def lowering(cx, input, *others):
+        xs = [_operand(a) for a in (input, *others)]
+        if any(not (x.dtype is torch.bool if isinstance(x, Value) else isinstance(x, bool))
+               for x in xs):
+            raise UnsupportedOp("bitwise ops are supported on bool operands only")
+        return cx.apply(op, *xs)
+    return lowering
+
+
+def _l_where(cx, condition, input, other, *, out=None):
+    _no(out=(out, None))
+    return cx.apply("where", _tensor(condition, "condition"), _operand(input), _operand(other))
+
+
+def _l_to(cx, input, *args, **kwargs):
+    """``x.to(dtype)``, ``x.to(other)``, ``x.to(dtype=...)``; device moves are unsupported."""
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("copy", None)
+    dtype = kwargs.pop("dtype", None)
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, Value):
+            dtype = a.dtype
+        elif not isinstance(a, bool):
+            raise UnsupportedOp(f"to({a!r}): only dtype conversions are supported")
+    if kwargs or dtype is None:
+        raise UnsupportedOp(f"to({', '.join(map(repr, args))}, {kwargs}): only dtype conversions "
+                            f"are supported")
+    return cx.cast(_tensor(input), dtype)
+
+
+def _cast_method(dtype: torch.dtype) -> Callable:
+    def lowering(cx, input, memory_format=torch.preserve_format):
+        _no(memory_format=(memory_format, torch.preserve_format))
+        return cx.cast(_tensor(input), dtype)
+    return lowering
+
+
+def _l_type_as(cx, input, other):
+    return cx.cast(_tensor(input), _tensor(other, "other").dtype)
+
+
+def _l_reshape(cx, input, shape):
+    return cx.apply("reshape", _tensor(input), shape=tuple(shape))
+
+
+def _l_view(cx, input, *shape, **kwargs):
+    if len(shape) == 1 and isinstance(shape[0], torch.dtype) or "dtype" in kwargs:
+        raise UnsupportedOp("view(dtype) (a bit cast) is unsupported")
+    return _l_reshape(cx, input, _shape_arg(shape, kwargs, "size"))
+
+
+def _l_reshape_method(cx, input, *shape, **kwargs):
+    return _l_reshape(cx, input, _shape_arg(shape, kwargs, "shape"))
+
+
+def _l_flatten(cx, input, start_dim=0, end_dim=-1):
+    x = _tensor(input)
+    s, e = wrap_axis(start_dim, x.rank, "start_dim"), wrap_axis(end_dim, x.rank, "end_dim")
+    if s > e:
+        raise ShapeError(f"start_dim {start_dim} comes after end_dim {end_dim}")
+    if x.rank == 0:
+        return cx.apply("reshape", x, shape=(1,))
+    dims = cx.g.dims(x)
+    return cx.apply("reshape", x, shape=(*dims[:s], prod(dims[s:e + 1]), *dims[e + 1:]))
+
+
+def _l_permute(cx, input, dims):
+    x = _tensor(input)
+    dims = tuple(dims)
+    if len(dims) != x.rank:
+        raise ShapeError(f"permute needs {x.rank} axes, got {list(dims)}")
+    perm = tuple(wrap_axis(p, x.rank) for p in dims)
+    if len(set(perm)) != len(perm):
+        raise ShapeError(f"axes {list(dims)} repeat an axis")
+    return cx.apply("permute", x, dims=perm)
+
+
+def _l_permute_method(cx, input, *dims, **kwargs):
+    return _l_permute(cx, input, _shape_arg(dims, kwargs, "dims"))
+
+
+def _l_transpose(cx, input, dim0, dim1):
+    x = _tensor(input)
+    a, b = wrap_axis(dim0, x.rank, "dim0"), wrap_axis(dim1, x.rank, "dim1")
+    if x.rank == 0 or a == b:
+        return x
+    perm = list(range(x.rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    return cx.apply("permute", x, dims=tuple(perm))
+
+
+def _reduction(op: str, default_dim: Any) -> Callable:
+    def lowering(cx, input, dim=default_dim, keepdim=False, *, dtype=None, out=None):
+        _no(out=(out, None))
+        x = _tensor(input)
+        if dtype is not None:
+            x = cx.cast(x, dtype)
+        return cx.apply(op, x, dims=_axes(dim, x.rank), keepdim=bool(keepdim))
+    return lowering
+
+
+def _l_size(cx, input, dim=None):
+    dims = cx.g.dims(_tensor(input))
+    return dims if dim is None else dims[wrap_axis(dim, len(dims))]
+
+
+def _l_dim(cx, input):
+    return _tensor(input).rank
+
+
+def _l_numel(cx, input):
+    return prod(cx.g.dims(_tensor(input)))
+
+
+LOWERINGS: dict[str, Callable] = {
+    "identity": _l_identity, "contiguous": _l_contiguous, "relu": _l_relu,
+    **{op: _unary(op) for op in ("neg", "abs", "exp", "sigmoid", "tanh", "logical_not")},
+    **{op: _binary(op) for op in ("mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+                                  "logical_and", "logical_or")},
+    "add": _additive("add"), "sub": _additive("sub"), "div": _l_div, "where": _l_where,
+    "bitwise_not": _boolean("logical_not"), "bitwise_and": _boolean("logical_and"),
+    "bitwise_or": _boolean("logical_or"),
+    "to": _l_to, "type_as": _l_type_as,
+    **{name: _cast_method(dt) for name, dt in (
+        ("float", torch.float32), ("double", torch.float64), ("long", torch.int64),
+        ("int", torch.int32), ("short", torch.int16), ("char", torch.int8), ("byte", torch.uint8),
+        ("bool", torch.bool))},
+    "reshape": _l_reshape, "reshape_method": _l_reshape_method, "view": _l_view,
+    "flatten": _l_flatten, "permute": _l_permute, "permute_method": _l_permute_method,
+    "transpose": _l_transpose,
+    "sum": _reduction("sum", None), "mean": _reduction("mean", None),
+    "amax": _reduction("amax", ()),
+    "size": _l_size, "dim": _l_dim, "numel": _l_numel,
+}
+"""Lowering name -> function with torch's signature (after the context argument)."""
+
+_ELEMENTWISE = [n for n, op in OPS.items() if op.kind is OpKind.ELEMENTWISE and n != "to"]
+_FUNCTIONS: dict[Any, tuple[str, bool]] = {
+    **{getattr(torch, n): (n, False) for n in _ELEMENTWISE},
+    **{getattr(torch, n): (n, False) for n in ("reshape", "flatten", "permute", "transpose",
+                                               "sum", "mean", "amax")},
+    F.relu: ("relu", False), F.sigmoid: ("sigmoid", False), F.tanh: ("tanh", False),
+    torch.relu_: ("relu", True), F.relu_: ("relu", True),
+    operator.neg: ("neg", False), operator.abs: ("abs", False), operator.add: ("add", False),
+    operator.sub: ("sub", False), operator.mul: ("mul", False), operator.truediv: ("div", False),
+    operator.eq: ("eq", False), operator.ne: ("ne", False), operator.lt: ("lt", False),
+    operator.le: ("le", False), operator.gt: ("gt", False), operator.ge: ("ge", False),
+    operator.iadd: ("add", True), operator.isub: ("sub", True), operator.imul: ("mul", True),
+    operator.itruediv: ("div", True), operator.invert: ("bitwise_not", False),
+    operator.and_: ("bitwise_and", False), operator.or_: ("bitwise_or", False),
+    torch.bitwise_not: ("bitwise_not", False), torch.bitwise_and: ("bitwise_and", False),
+    torch.bitwise_or: ("bitwise_or", False),
+}
+"""fx ``call_function`` target -> (lowering name, in place)."""
+
+_METHODS: dict[str, tuple[str, bool]] = {
+    **{n: (n, False) for n in _ELEMENTWISE if n != "where"},
+    **{f"{n}_": (n, True) for n in ("relu", "neg", "abs", "exp", "sigmoid", "tanh", "add", "sub",
+                                    "mul", "div", "logical_not")},
+    **{n: (n, False) for n in ("contiguous", "to", "type_as", "float", "double", "long", "int",
+                               "short", "char", "byte", "bool", "view", "flatten", "transpose",
+                               "sum", "mean", "amax", "size", "dim", "numel")},
+    "reshape": ("reshape_method", False), "permute": ("permute_method", False),
+    "bitwise_not": ("bitwise_not", False), "bitwise_and": ("bitwise_and", False),
+    "bitwise_or": ("bitwise_or", False),
+}
+"""fx ``call_method`` name -> (lowering name, in place)."""
+
+_MODULES: dict[type, tuple[str, tuple[str, ...]]] = {
+    nn.ReLU: ("relu", ("inplace",)), nn.Sigmoid: ("sigmoid", ()), nn.Tanh: ("tanh", ()),
+    nn.Flatten: ("flatten", ("start_dim", "end_dim")), nn.Identity: ("identity", ()),
+}
+"""leaf module type -> (lowering name, module attributes passed as keyword arguments)."""
+
+_SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+               operator.neg}
+
+
+# --- graph lowering --------------------------------------------------------------------------------
+
+def _describe(n: fx.Node, gm: fx.GraphModule) -> str:
+    if n.op == "call_module":
+        mod = gm.get_submodule(n.target)
+        return f"call_module '{n.target}' ({type(mod).__module__}.{type(mod).__qualname__})"
+    t = n.target
+    name = t if isinstance(t, str) else f"{getattr(t, '__module__', '') or ''}." \
+                                        f"{getattr(t, '__qualname__', repr(t))}".lstrip(".")
+    return f"{n.op} {name}"
+
+
+def _lowering_of(n: fx.Node, gm: fx.GraphModule) -> tuple[str, bool, dict] | None:
+    """(lowering name, in place, extra kwargs) of ``n``, or None when unsupported."""
+    if n.op == "call_function":
+        hit = _FUNCTIONS.get(n.target)
+        return None if hit is None else (*hit, {})
+    if n.op == "call_method":
+        hit = _METHODS.get(n.target)
+        return None if hit is None else (*hit, {})
+    if n.op == "call_module":
+        mod = gm.get_submodule(n.target)
+        hit = _MODULES.get(type(mod))
+        if hit is None:
+            return None
+        name, attrs = hit
+        kw = {a: getattr(mod, a) for a in attrs}
+        return name, bool(kw.get("inplace")), kw
+    return None
+
+
+def unsupported_nodes(gm: fx.GraphModule) -> list[str]:
+    """One line per fx node no lowering handles: the node, its target's type and source line."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        if n.op == "call_function" and n.target in (getattr, operator.getitem, *_SIZE_ARITH):
+            continue
+        if _lowering_of(n, gm) is None:
+            out.append(f"  '{n.name}': {_describe(n, gm)} at {_where(n)}")
+    return out
+
+
+def lower_to_ir(gm: fx.GraphModule, examples: Sequence[torch.Tensor], dynamic: Any) -> Graph:
     """Build a DLCB IR graph from a traced module (inputs in placeholder order)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    names = [str(n.target).lstrip("*") for n in placeholders]
+    if len(placeholders) != len(examples):
+        raise SpecError(f"module takes {len(placeholders)} inputs ({', '.join(names)}), "
+                        f"{len(examples)} examples given")
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, torch.Tensor):
+            raise SpecError(f"example input {i} '{names[i]}' is {type(ex).__name__}, expected a "
+                            f"torch.Tensor")
+        if ex.layout is not torch.strided:
+            raise UnsupportedOp(f"input {i} '{names[i]}': layout {ex.layout} unsupported (strided "
+                                f"tensors only)")
+    spec = normalize_dynamic(dynamic, names, [ex.dim() for ex in examples])
+    bad = unsupported_nodes(gm)
+    if bad:
+        raise UnsupportedOp(f"{len(bad)} fx node{'s' * (len(bad) > 1)} not supported by DLCB IR:\n"
+                            + "\n".join(bad))
     g = Graph()
     env: dict[fx.Node, Any] = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(examples):
-        raise ValueError(f"module takes {len(placeholders)} inputs, {len(examples)} examples given")
-    for i, (n, ex) in enumerate(zip(placeholders, examples)):
-        if not isinstance(ex, torch.Tensor):
-            raise TypeError(f"example input {i} is {type(ex).__name__}, expected a torch.Tensor")
-        env[n] = g.input(n.name, input_dims(ex, dynamic.get(i), i), ex.dtype)
-
-    def arg(a):
-        return fx.node.map_arg(a, lambda n: env[n])
-
+    for n, ex, name in zip(placeholders, examples, names):
+        env[n] = g.input(name, input_dims(ex, spec.get(len(env), {})), ex.dtype)
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             continue
-        if n.op == "get_attr":   # parameters and buffers: constant inputs of static shape
-            t = _fetch_attr(gm, n.target)
-            if not isinstance(t, torch.Tensor):
-                raise UnsupportedOp(f"fx node '{n.name}': attribute {n.target!r} is a "
-                                    f"{type(t).__name__}, not a tensor")
-            env[n] = g.constant(n.name, t)
-            continue
-        if n.op == "output":
-            outs = arg(n.args[0])
-            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-            if not all(isinstance(o, Value) for o in outs):
-                raise UnsupportedOp("module outputs must be tensors")
-            g.set_outputs(outs)
-            continue
-        args, kwargs = arg(n.args), arg(n.kwargs)
-        where = _where(n)
-        if n.op == "call_function":
-            if n.target is getattr:
-                env[n] = _getattr(args[0], args[1], n, where, g)
-                continue
-            if n.target is operator.getitem:
-                env[n] = args[0][args[1]]
-                continue
-            if all(not isinstance(a, Value) for a in args) and n.target in (
-                    operator.add, operator.mul, operator.sub, operator.floordiv, operator.mod):
-                env[n] = n.target(*args)   # size arithmetic on dimension expressions
-                continue
-            op = _FUNCTIONS.get(n.target)
-        elif n.op == "call_method":
-            if n.target == "size":
-                x = args[0]
-                env[n] = tuple(g.dims(x)) if len(args) == 1 and "dim" not in kwargs else \
-                    g.dims(x)[(args[1] if len(args) > 1 else kwargs["dim"])]
-                continue
-            op = n.target if n.target in _METHODS else None
-        elif n.op == "call_module":
-            mod = gm.get_submodule(n.target)
-            op = _MODULES.get(type(mod))
-            if op == "flatten":
-                kwargs = {"start_dim": mod.start_dim, "end_dim": mod.end_dim}
-        else:
-            op = None
-        if op is None:
-            raise UnsupportedOp(f"fx node '{n.name}' ({n.op} {_target_name(n)}) at {where}: not "
-                                f"supported by DLCB IR")
-        env[n] = _emit(g, op, args, kwargs, n.name, where)
+        try:
+            _lower_node(g, gm, n, env)
+        except DLError as err:
+            raise err.locate(_describe(n, gm), n.name, _where(n)) from None
     return g
+
+
+def _lower_node(g: Graph, gm: fx.GraphModule, n: fx.Node, env: dict) -> None:
+    args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: env[a])
+    if n.op == "get_attr":   # parameters and buffers: constant inputs of static shape
+        t = _fetch_attr(gm, n.target)
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedOp(f"attribute {n.target!r} is a {type(t).__name__}, not a tensor")
+        env[n] = g.constant(n.name, t)
+        return
+    if n.op == "output":
+        outs = args[0]
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        if not all(isinstance(o, Value) for o in outs):
+            raise UnsupportedOp("module outputs must be tensors or a tuple/list of tensors, not "
+                                f"{[type(o).__name__ for o in outs]}")
+        g.set_outputs(outs)
+        return
+    if n.op == "call_function" and n.target is getattr:
+        env[n] = _getattr(g, *args)
+        return
+    if n.op == "call_function" and n.target is operator.getitem:
+        if isinstance(args[0], Value):
+            raise UnsupportedOp("tensor indexing/slicing is not supported yet")
+        env[n] = args[0][args[1]]
+        return
+    if n.op == "call_function" and not any(isinstance(a, Value) for a in args) and \
+            n.target in _SIZE_ARITH:
+        env[n] = n.target(*args)   # size arithmetic on dimension expressions
+        return
+    name, inplace, extra = _lowering_of(n, gm)
+    fn = LOWERINGS[name]
+    try:
+        bound = inspect.signature(fn).bind(_Cx(g, n.name, _where(n)), *args, **kwargs, **extra)
+    except TypeError as err:
+        raise UnsupportedOp(f"arguments {_show(args, kwargs)} do not fit {name}"
+                            f"{_signature(fn)}: {err}") from None
+    out = fn(*bound.args, **bound.kwargs)
+    if inplace or bound.arguments.get("inplace"):
+        out = _functionalize(g, n, env, args[0], out)
+    env[n] = out
+
+
+def _functionalize(g: Graph, n: fx.Node, env: dict, target: Any, out: Value) -> Value:
+    """In-place op on ``target``: every fx node holding ``target`` now holds ``out`` (cast back to
+    ``target``'s dtype, as torch does). Inputs, parameters and views are refused: their mutation
+    would be visible outside the compiled graph or through another alias."""
+    if not isinstance(target, Value):
+        raise UnsupportedOp("in-place op on a non-tensor")
+    if target.producer is None:
+        raise UnsupportedOp(f"in-place op mutates graph input '{target.name}' (the caller's "
+                            f"tensor); use the out-of-place form")
+    if target.producer.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE) or any(
+            target in m.inputs for m in g.nodes if m.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE)):
+        raise UnsupportedOp(f"in-place op on '{target.name}', which shares storage with a view; "
+                            f"use the out-of-place form")
+    if out.dtype != target.dtype:
+        if not torch.can_cast(out.dtype, target.dtype):
+            raise DTypeError(f"result type {out.dtype} can't be cast to the in-place operand's "
+                             f"dtype {target.dtype}")
+        out = g.apply("to", out, dtype=target.dtype, name=f"{n.name}_cast", where=_where(n))
+    for k, v in env.items():
+        if v is target:
+            env[k] = out
+    return out
+
+
+def _show(args: tuple, kwargs: dict) -> str:
+    return ", ".join([*(f"%{a.name}" if isinstance(a, Value) else repr(a) for a in args),
+                      *(f"{k}={v!r}" for k, v in kwargs.items())])
+
+
+def _signature(fn: Callable) -> str:
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    return "(" + ", ".join(str(p) for p in params) + ")"
 
 
 def _fetch_attr(gm: fx.GraphModule, path: str):
@@ -188,67 +594,12 @@ def _fetch_attr(gm: fx.GraphModule, path: str):
     return obj
 
 
-def _target_name(n: fx.Node) -> str:
-    t = n.target
-    return t if isinstance(t, str) else getattr(t, "__name__", repr(t))
-
-
-def _getattr(x, attr, n, where, g):
-    if isinstance(x, Value) and attr == "shape":
-        return tuple(g.dims(x))
-    raise UnsupportedOp(f"fx node '{n.name}': getattr {attr!r} at {where}")
-
-
-def _emit(g: Graph, op: str, args: tuple, kwargs: dict, name: str, where: str) -> Value:
-    def bad(msg):
-        return UnsupportedOp(f"{op} '{name}' at {where}: {msg}")
-
-    x = args[0]
-    if op == "identity" or op == "contiguous":
-        return x
-    if op in _UNARY:
-        if kwargs.get("inplace"):
-            kwargs = {}
-        if len(args) != 1 or kwargs:
-            raise bad(f"unsupported arguments {args[1:]} {kwargs}")
-        return g.apply(op, x, name=name, where=where)
-    if op in _BINARY:
-        if "alpha" in kwargs or "rounding_mode" in kwargs or len(args) != 2:
-            raise bad(f"unsupported arguments {kwargs}")
-        a, b = args
-        for s in (a, b):
-            if not isinstance(s, (Value, int, float)) or isinstance(s, bool):
-                raise bad(f"operand {s!r} is not a tensor or a Python number")
-        a = a if isinstance(a, Value) else float(a)
-        b = b if isinstance(b, Value) else float(b)
-        return g.apply(op, a, b, name=name, where=where)
-    if op in ("view", "reshape"):
-        shape = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
-        shape = kwargs.get("shape", shape)
-        return g.apply("reshape", x, shape=tuple(shape), name=name, where=where)
-    if op == "flatten":
-        start = kwargs.get("start_dim", args[1] if len(args) > 1 else 0) % max(x.rank, 1)
-        end = kwargs.get("end_dim", args[2] if len(args) > 2 else -1) % max(x.rank, 1)
-        dims = g.dims(x)
-        merged: Expr = lit(1)
-        for d in dims[start:end + 1]:
-            merged = merged * d
-        return g.apply("reshape", x, shape=(*dims[:start], merged, *dims[end + 1:]), name=name,
-                       where=where)
-    if op == "permute":
-        perm = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
-        perm = kwargs.get("dims", perm)
-        return g.apply("permute", x, dims=tuple(p % x.rank for p in perm), name=name, where=where)
-    if op == "transpose":
-        a0 = kwargs.get("dim0", args[1] if len(args) > 1 else None) % x.rank
-        a1 = kwargs.get("dim1", args[2] if len(args) > 2 else None) % x.rank
-        perm = list(range(x.rank))
-        perm[a0], perm[a1] = perm[a1], perm[a0]
-        return g.apply("permute", x, dims=tuple(perm), name=name, where=where)
-    if op in _REDUCE:
-        dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
-        keep = bool(kwargs.get("keepdim", args[2] if len(args) > 2 else False))
-        if set(kwargs) - {"dim", "keepdim"}:
-            raise bad(f"unsupported arguments {kwargs}")
-        return g.apply(op, x, dims=_norm_axes(dims, x.rank), keepdim=keep, name=name, where=where)
-    raise bad("no lowering")  # pragma: no cover
+def _getattr(g: Graph, x: Any, attr: str) -> Any:
+    if isinstance(x, Value):
+        if attr == "shape":
+            return g.dims(x)
+        if attr == "dtype":
+            return x.dtype
+        if attr == "ndim":
+            return x.rank
+    raise UnsupportedOp(f"attribute {attr!r} of {x!r}")

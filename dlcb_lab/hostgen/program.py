@@ -1,32 +1,52 @@
 """The host program (paper §2.2.4): a flat instruction list that, before any launch, reads the input
-shapes, binds named dims, checks every shape constraint (input axes and residual constraints), and
-computes the launch slots (buffer shapes, thread counts, kernel int params).
+shapes, binds named dims, checks every shape constraint (input axes, residual constraints, non-empty
+reductions), and computes the launch slots (buffer shapes, thread counts, kernel int params, index
+bounds).
 
-Instructions (``op, dst, a, b``) work on an integer register file:
-
-    rank   -, arg, rank        check len(shape[arg]) == rank
-    load   dst, arg, axis      r[dst] = shape[arg][axis]
-    const  dst, value          r[dst] = value
-    add    dst, a, b           r[dst] = r[a] + r[b]
-    mul    dst, a, b           r[dst] = r[a] * r[b]
-    fdiv   dst, a, b           r[dst] = r[a] // r[b]    (checked: r[b] > 0)
-    mod    dst, a, b           r[dst] = r[a] % r[b]     (checked: r[b] > 0)
-    check  msg, a, b           r[a] == r[b] or raise ShapeMismatch(messages[msg])
-
-``interpret`` runs the list; ``compile`` turns the same list into one Python function (the fast
-path used by thunks). Both raise ``ShapeMismatch`` naming the dimension and the constraint.
+Instructions ``Instr(op, dst, a, b)`` work on an integer register file; ``INSTRUCTIONS`` defines
+each op once, as Python source over its operands: ``{A}``/``{B}`` the registers ``a``/``b``,
+``{a}``/``{b}`` immediates, ``{d}`` the destination (for checks: the message index). ``interpret``
+evaluates the instructions one by one; ``compile`` joins the same sources into one straight-line
+function (the fast path used by thunks). Both raise ``ShapeMismatch`` naming the dimension and the
+constraint.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..dims import Constraint, Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit
+from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit
+from ..errors import ShapeError, ShapeMismatch
 
 
-class ShapeMismatch(ValueError):
-    """An input shape violates a compiled shape constraint (raised before any kernel launch)."""
+@dataclass(frozen=True)
+class OpSpec:
+    """One instruction kind: ``fail`` (a condition raising ``ShapeMismatch(message)``, tested
+    first) and ``value`` (stored in the destination register); either may be empty."""
+
+    value: str = ""
+    fail: str = ""
+    message: str = ""
+
+
+_DIVISOR = "f'divisor of a dimension expression is {{{B}}} (must be positive)'"
+
+INSTRUCTIONS: dict[str, OpSpec] = {
+    "load": OpSpec("shapes[{a}][{b}]"),                       # r[d] = shape[a][b]
+    "const": OpSpec("{a}"),                                   # r[d] = a
+    "add": OpSpec("{A} + {B}"),                               # r[d] = r[a] + r[b]
+    "mul": OpSpec("{A} * {B}"),                               # r[d] = r[a] * r[b]
+    "max": OpSpec("{A} if {A} > {B} else {B}"),               # r[d] = max(r[a], r[b])
+    "fdiv": OpSpec("{A} // {B}", "{B} <= 0", _DIVISOR),       # r[d] = r[a] // r[b], r[b] > 0
+    "mod": OpSpec("{A} % {B}", "{B} <= 0", _DIVISOR),         # r[d] = r[a] % r[b], r[b] > 0
+    "check": OpSpec("", "{A} != {B}", "M[{d}].format(got={A}, want={B})"),   # r[a] == r[b]
+    "positive": OpSpec("", "{A} <= 0", "M[{d}].format(got={A})"),            # r[a] > 0
+    "rank": OpSpec("", "len(shapes[{a}]) != {b}",                            # rank of arg a == b
+                   "M[{d}].format(got=len(shapes[{a}]))"),
+}
+_CHECKS = frozenset(k for k, s in INSTRUCTIONS.items() if not s.value)
 
 
 @dataclass(frozen=True)
@@ -36,8 +56,14 @@ class Instr:
     a: int = 0
     b: int = 0
 
+    def source(self, reg: Callable[[int], str]) -> tuple[str, str, str]:
+        """(fail, message, value) Python sources, registers spelled by ``reg``."""
+        spec = INSTRUCTIONS[self.op]
+        f = dict(A=reg(self.a), B=reg(self.b), a=self.a, b=self.b, d=self.dst)
+        return spec.fail.format(**f), spec.message.format(**f), spec.value.format(**f)
+
     def __repr__(self) -> str:
-        return f"{self.op:<6} {self.dst:>3} {self.a:>3} {self.b:>3}"
+        return f"{self.op:<8} {self.dst:>3} {self.a:>3} {self.b:>3}"
 
 
 @dataclass(frozen=True)
@@ -50,60 +76,41 @@ class HostProgram:
     n_regs: int
     n_args: int
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_steps"}   # code objects
+
+    @functools.cached_property
+    def _steps(self) -> list:
+        def code(src: str):
+            return compile(src, "<dlcb host instruction>", "eval") if src else None
+
+        return [tuple(code(s) for s in ins.source(lambda i: f"r[{i}]")) for ins in self.instrs]
+
     def interpret(self, shapes: Sequence[Sequence[int]]) -> list[int]:
+        """Evaluate the instructions one at a time (the reference semantics of ``compile``)."""
         r = [0] * self.n_regs
-        for ins in self.instrs:
-            op = ins.op
-            if op == "load":
-                r[ins.dst] = shapes[ins.a][ins.b]
-            elif op == "const":
-                r[ins.dst] = ins.a
-            elif op == "add":
-                r[ins.dst] = r[ins.a] + r[ins.b]
-            elif op == "mul":
-                r[ins.dst] = r[ins.a] * r[ins.b]
-            elif op in ("fdiv", "mod"):
-                if r[ins.b] <= 0:
-                    raise ShapeMismatch(f"divisor of a dimension expression is {r[ins.b]} "
-                                        f"(must be positive)")
-                r[ins.dst] = r[ins.a] // r[ins.b] if op == "fdiv" else r[ins.a] % r[ins.b]
-            elif op == "check":
-                if r[ins.a] != r[ins.b]:
-                    raise ShapeMismatch(self.messages[ins.dst].format(got=r[ins.a], want=r[ins.b]))
-            elif op == "rank":
-                if len(shapes[ins.a]) != ins.b:
-                    raise ShapeMismatch(self.messages[ins.dst].format(got=len(shapes[ins.a])))
-            else:  # pragma: no cover
-                raise ValueError(op)
+        ns = {"r": r, "shapes": shapes, "M": self.messages}
+        for ins, (fail, message, value) in zip(self.instrs, self._steps):
+            if fail is not None and eval(fail, ns):
+                raise ShapeMismatch(eval(message, ns))
+            if value is not None:
+                r[ins.dst] = eval(value, ns)
         return r
 
     def compile(self) -> Callable[[Sequence[Sequence[int]]], list[int]]:
         """The instruction list as one straight-line Python function ``f(shapes) -> registers``."""
-        lines = ["def host(shapes):"]
-        if self.n_args:
-            lines.append("    if len(shapes) != %d:" % self.n_args)
-            lines.append("        raise ShapeMismatch(f'expected %d inputs, got {len(shapes)}')"
-                         % self.n_args)
+        lines = ["def host(shapes):",
+                 f"    if len(shapes) != {self.n_args}:",
+                 f"        raise ShapeMismatch(f'expected {self.n_args} inputs, got {{len(shapes)}}')"]
         for ins in self.instrs:
-            d, a, b = ins.dst, ins.a, ins.b
-            if ins.op == "load":
-                lines.append(f"    r{d} = shapes[{a}][{b}]")
-            elif ins.op == "const":
-                lines.append(f"    r{d} = {a}")
-            elif ins.op in ("add", "mul"):
-                lines.append(f"    r{d} = r{a} {'+' if ins.op == 'add' else '*'} r{b}")
-            elif ins.op in ("fdiv", "mod"):
-                lines.append(f"    if r{b} <= 0: raise ShapeMismatch("
-                             f"f'divisor of a dimension expression is {{r{b}}} (must be positive)')")
-                lines.append(f"    r{d} = r{a} {'//' if ins.op == 'fdiv' else '%'} r{b}")
-            elif ins.op == "check":
-                lines.append(f"    if r{a} != r{b}: raise ShapeMismatch(M[{d}].format(got=r{a}, "
-                             f"want=r{b}))")
-            elif ins.op == "rank":
-                lines.append(f"    if len(shapes[{a}]) != {b}: raise ShapeMismatch("
-                             f"M[{d}].format(got=len(shapes[{a}])))")
-        used = sorted({i.dst for i in self.instrs if i.op not in ("check", "rank")})
-        lines.append(f"    return [{', '.join(f'r{i}' if i in used else '0' for i in range(self.n_regs))}]")
+            fail, message, value = ins.source(lambda i: f"r{i}")
+            if fail:
+                lines.append(f"    if {fail}: raise ShapeMismatch({message})")
+            if value:
+                lines.append(f"    r{ins.dst} = {value}")
+        used = {i.dst for i in self.instrs if i.op not in _CHECKS}
+        regs = ", ".join(f"r{i}" if i in used else "0" for i in range(self.n_regs))
+        lines.append(f"    return [{regs}]")
         ns = {"ShapeMismatch": ShapeMismatch, "M": self.messages}
         exec(compile("\n".join(lines), "<dlcb host program>", "exec"), ns)
         return ns["host"]
@@ -112,7 +119,7 @@ class HostProgram:
         lines = [f"HostProgram: {len(self.instrs)} instructions, {self.n_regs} registers"]
         for i, ins in enumerate(self.instrs):
             note = ""
-            if ins.op in ("check", "rank"):
+            if ins.op in _CHECKS:
                 note = "  ; " + self.messages[ins.dst].split("\n")[0]
             lines.append(f"  {i:>3}: {ins!r}{note}")
         lines += [f"  slot {name} = r{r}" for name, r in self.slots.items()]
@@ -130,12 +137,9 @@ class HostBuilder:
         self.n = 0
         self.n_args = n_args
 
-    def reg(self) -> int:
-        self.n += 1
-        return self.n - 1
-
     def emit(self, op: str, a: int = 0, b: int = 0) -> int:
-        d = self.reg()
+        d = self.n
+        self.n += 1
         self.instrs.append(Instr(op, d, a, b))
         return d
 
@@ -145,15 +149,10 @@ class HostBuilder:
     def bind(self, v: Var, r: int) -> None:
         self.env[v] = r
 
-    def message(self, text: str) -> int:
+    def guard(self, op: str, text: str, a: int = 0, b: int = 0) -> None:
+        """A check instruction ``op`` (``check``, ``positive``, ``rank``) failing with ``text``."""
         self.messages.append(text)
-        return len(self.messages) - 1
-
-    def check_rank(self, arg: int, rank: int, text: str) -> None:
-        self.instrs.append(Instr("rank", self.message(text), arg, rank))
-
-    def check(self, a: int, b: int, text: str) -> None:
-        self.instrs.append(Instr("check", self.message(text), a, b))
+        self.instrs.append(Instr(op, len(self.messages) - 1, a, b))
 
     def expr(self, e: Expr) -> int:
         hit = self.env.get(e)
@@ -162,7 +161,7 @@ class HostBuilder:
         if isinstance(e, Lit):
             r = self.emit("const", e.value)
         elif isinstance(e, Var):
-            raise KeyError(f"dimension {e.name} is not bound by any input axis")
+            raise ShapeError(f"dimension {e.name} is not bound by any input axis")
         elif isinstance(e, Prod):
             r = self.expr(e.factors[0])
             for f in e.factors[1:]:
@@ -183,6 +182,16 @@ class HostBuilder:
         self.env[e] = r
         return r
 
+    def maximum(self, exprs: Sequence[Expr]) -> int:
+        """Register holding the maximum of ``exprs`` (literals folded first)."""
+        lits = [e.value for e in exprs if isinstance(e, Lit)]
+        rest = [e for e in exprs if not isinstance(e, Lit)]
+        regs = [self.expr(e) for e in rest] + ([self.expr(lit(max(lits)))] if lits else [])
+        r = regs[0]
+        for x in regs[1:]:
+            r = self.emit("max", r, x)
+        return r
+
     def slot(self, name: str, e: Expr) -> int:
         r = self.expr(e)
         self.slots[name] = r
@@ -196,8 +205,3 @@ class HostBuilder:
 def escape(text: str) -> str:
     """``text`` made literal inside a message template (user source lines may hold braces)."""
     return text.replace("{", "{{").replace("}", "}}")
-
-
-def residual_message(c: Constraint) -> str:
-    return (f"residual constraint #{c.id} violated: {c.lhs!r} == {c.rhs!r} "
-            f"(got {{got}} != {{want}}) from {escape(str(c.provenance))}")

@@ -1,19 +1,19 @@
 """DLCB IR graph (paper §2.2). Every op adds its shape constraints to the graph's solver as it is
-built, so an incompatible shape raises ``ShapeError`` at construction, naming the op and axes."""
+built, so an incompatible shape raises ``ShapeError`` at construction, naming the op, the axes and
+the user's source line. Internal dimension variables (a reshape's ``-1``) are named ``_<hint><k>``
+with ``k`` counted per graph, so the same program always gets the same names."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import torch
 
-from ..dims import Expr, Provenance, Shape, ShapeError, Solver, Var, shape, var
-from .ops import OPS, OpDef
-
-SUPPORTED_DTYPES = (torch.float32, torch.float64)
-_FRESH = itertools.count(1)  # internal variable names are process-global (interned)
+from ..dims import Expr, Provenance, Shape, Solver, Var, shape, var
+from ..errors import DLError, ShapeError
+from .dtypes import dtype_of
+from .ops import OPS, OpDef, infer_dtypes, is_scalar
 
 
 @dataclass(eq=False)
@@ -36,7 +36,8 @@ class Value:
 
 @dataclass(eq=False)
 class Node:
-    """One op application. ``inputs`` holds Values and Python scalars (for scalar operands)."""
+    """One op application. ``inputs`` holds Values and Python scalars (scalar operands);
+    ``compute_dtype`` is the dtype elementwise code computes in (see ``ops.infer_dtypes``)."""
 
     id: int
     op: OpDef
@@ -44,6 +45,7 @@ class Node:
     attrs: Mapping[str, Any]
     out: Value
     where: str = ""
+    compute_dtype: torch.dtype | None = None
 
     def tensor_inputs(self) -> list[Value]:
         return [x for x in self.inputs if isinstance(x, Value)]
@@ -63,12 +65,14 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
     constants: list[tuple[Value, torch.Tensor]] = field(default_factory=list)
+    n_fresh: int = 0
 
     # -- construction ---------------------------------------------------------------------------
     def input(self, name: str, dims: Iterable[Expr | int], dtype: torch.dtype) -> Value:
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"input '{name}': dtype {dtype} unsupported (supported: "
-                            f"{', '.join(map(str, SUPPORTED_DTYPES))})")
+        try:
+            dtype_of(dtype)
+        except DLError as err:
+            raise err.locate("input", name, f"input '{name}'") from None
         v = Value(len(self.inputs) + len(self.nodes), name, shape(dims), dtype)
         self.inputs.append(v)
         return v
@@ -82,7 +86,8 @@ class Graph:
 
     def fresh_var(self, hint: str = "d") -> Var:
         """A new internal (rank-0) dimension variable, e.g. a reshape's ``-1``."""
-        return var(f"_{hint}{next(_FRESH)}", 0)
+        self.n_fresh += 1
+        return var(f"_{hint}{self.n_fresh}", 0)
 
     def constrain(self, lhs, rhs, node: Node | str, detail: str = "", where: str = ""):
         if isinstance(node, Node):
@@ -93,21 +98,24 @@ class Graph:
 
     def apply(self, opname: str, *inputs: Any, name: str | None = None, where: str = "",
               **attrs: Any) -> Value:
-        """Append ``opname(*inputs, **attrs)``; its constraints are solved immediately."""
-        op = OPS.get(opname)
-        if op is None:
-            raise NotImplementedError(f"op '{opname}' is not in the DLCB IR registry")
-        tensors = [x for x in inputs if isinstance(x, Value)]
-        if not tensors:
-            raise ShapeError(f"{opname}: needs at least one tensor operand")
-        dtype = tensors[0].dtype
-        for t in tensors[1:]:
-            if t.dtype != dtype:
-                raise TypeError(f"{opname} '{name}': mixed dtypes {dtype} and {t.dtype}")
+        """Append ``opname(*inputs, **attrs)``; its constraints are solved immediately. Errors
+        name the op, ``name`` and ``where``."""
+        op = OPS[opname]
         vid = len(self.inputs) + len(self.nodes)
-        out = Value(vid, name or f"v{vid}", shape(()), dtype)
-        node = Node(len(self.nodes), op, tuple(inputs), dict(attrs), out, where)
-        out.shape = op.infer(self, node)
+        name = name or f"v{vid}"
+        try:
+            if not any(isinstance(x, Value) for x in inputs):
+                raise ShapeError("needs at least one tensor operand")
+            bad = [x for x in inputs if not (isinstance(x, Value) or is_scalar(x))]
+            if bad:
+                raise ShapeError(f"operand {bad[0]!r} is neither a tensor nor a Python number")
+            out = Value(vid, name, shape(()), torch.float32)
+            node = Node(len(self.nodes), op, tuple(inputs), dict(attrs), out, where)
+            out.dtype, node.compute_dtype = infer_dtypes(node)
+            dtype_of(out.dtype)
+            out.shape = op.infer(self, node)
+        except DLError as err:
+            raise err.locate(opname, name, where) from None
         out.producer = node
         self.nodes.append(node)
         return out

@@ -1,4 +1,4 @@
-"""Emitters: one kernel body (from ``coords``), two languages (paper §4.4).
+"""Emitters: one kernel IR (``kir``), two languages (paper §4.4).
 
 ``cuda``: CUDA C++. A thread-per-output kernel walks its outputs in a grid-stride loop; a
 cooperative (block-per-output) reduction kernel splits the reduced range over the block's threads
@@ -8,16 +8,26 @@ has a 64-bit and a 32-bit index-arithmetic entry point (see ``cuda_kernel``).
 ``cpu``: a numba ``@njit(parallel=True)`` function, one ``prange`` iteration per CUDA thread,
 compiled eagerly for an explicit signature.
 
-Kernel parameter order (both backends): ``out, in_<name>..., numel, <int params>...``.
+Kernel parameter order (both backends): ``out, in0, in1, ..., numel, <int params>...``.
 """
 
 from __future__ import annotations
 
-from ..ir.ops import OPS, REDUCTIONS, scalar_literal
-from .coords import (IdxLet, KernelBody, Loop)
+from functools import singledispatchmethod
+from typing import Sequence
 
-_CTYPE = {"f32": "float", "f64": "double"}
-_NPTYPE = {"f32": "float32", "f64": "float64"}
+from ..ir.dtypes import DType, dtype_of
+from ..ir.ops import OPS, Combine, Reduction
+from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxDivMod, IdxProd,
+                  IdxSum, Imm, KernelBody, Load, Loop, Ref, Store)
+
+NARROW = "_i32"
+"""Suffix of a kernel's 32-bit-index entry point (valid while every index bound fits in int32)."""
+
+
+def all_variants(kernels: Sequence[KernelBody]) -> list[KernelBody]:
+    """Each kernel followed by its launch-time alternative, if any."""
+    return [v for k in kernels for v in k.variants()]
 
 
 def signature(k: KernelBody) -> tuple[str, ...]:
@@ -25,23 +35,31 @@ def signature(k: KernelBody) -> tuple[str, ...]:
     return ("ptr",) * (1 + len(k.inputs)) + ("i64",) * (1 + len(k.params))
 
 
+def in_dtypes(k: KernelBody) -> list[DType]:
+    return [dtype_of(v.dtype) for v in k.inputs]
+
+
 def param_names(k: KernelBody) -> list[str]:
-    return ["out"] + [f"in_{v.name}" for v in k.inputs] + ["numel"] + [n for n, _ in k.params]
+    return ["out"] + [f"in{i}" for i in range(len(k.inputs))] + ["numel"] + [n for n, _ in k.params]
 
 
-def all_variants(kernels: list[KernelBody]) -> list[KernelBody]:
-    """Each kernel followed by its launch-time alternative, if any."""
-    return [v for k in kernels for v in ((k,) if k.variant is None else (k, k.variant))]
+def _header(k: KernelBody, comment: str) -> list[str]:
+    """Comment lines naming what each buffer and int parameter holds (user names live here)."""
+    lines = [f"{comment} out = %{k.out.name} ({k.dtype!r})"]
+    lines += [f"{comment} in{i} = %{v.name} ({t!r})" for i, (v, t) in
+              enumerate(zip(k.inputs, in_dtypes(k)))]
+    lines += [f"{comment} {n} = {e!r}" for n, e in k.params]
+    return lines
 
 
 class _Printer:
-    """Walks a statement list; subclasses spell one statement kind per method (named after it)."""
+    """Walks a statement list; one ``stmt`` overload per statement class."""
 
     indent = "  "
+    loop_tail = ""
 
     def __init__(self, k: KernelBody):
         self.k = k
-        self.tag = k.dtype
 
     def block(self, stmts, ind: str) -> list[str]:
         out = []
@@ -51,19 +69,24 @@ class _Printer:
                 out += self.block(s.body, ind + self.indent)
                 out += [ind + self.loop_tail] if self.loop_tail else []
             else:
-                out.append(ind + getattr(self, type(s).__name__)(s))
+                out.append(ind + self.stmt(s))
         return out
 
-    def idx(self, s: IdxLet, mul: str) -> str:
-        if s.kind == "prod":
-            return " * ".join(s.parts)
-        if s.kind == "sum":
-            const, terms = s.parts
-            out = " + ".join(n if c == 1 else f"({c}){mul}{n}" if c < 0 else f"{c}{mul}{n}"
-                             for c, n in terms)
-            return f"{out} - {-const}" if const < 0 else f"{out} + {const}" if const else out
-        num, den, floor = s.parts
-        return self.divmod(s.kind, num, den, floor)
+    def sum_expr(self, s: IdxSum) -> str:
+        out = " + ".join(n if c == 1 else f"({c}) * {n}" if c < 0 else f"{c} * {n}"
+                         for c, n in s.terms)
+        return f"{out} - {-s.const}" if s.const < 0 else f"{out} + {s.const}" if s.const else out
+
+    def operand(self, a: Ref | Imm, c: DType) -> str:
+        """``a`` converted to the compute dtype ``c``."""
+        if isinstance(a, Imm):
+            return self.literal(c, a.value)
+        return a.name if a.dtype == c else self.cast(c, a.name)
+
+    def compute(self, s: Compute) -> str:
+        """The op's scalar code over operands converted to the compute dtype."""
+        args = [self.operand(a, s.compute) for a in s.args]
+        return self.template(s.op).format(*args, z=self.literal(s.compute, 0))
 
 
 # --- CUDA C++ ---------------------------------------------------------------------------------------
@@ -82,12 +105,27 @@ template <typename I> __device__ __forceinline__ I dlcb_fmod(I a, I b) {
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
-struct dlcb_sum {
+template <typename T> __device__ __forceinline__ T dlcb_max(T a, T b) {  // NaN-propagating
+  return (a > b || a != a) ? a : b;
+}
+template <typename T> __device__ __forceinline__ T dlcb_min(T a, T b) {
+  return (a < b || a != a) ? a : b;
+}
+template <typename T> __device__ __forceinline__ T dlcb_abs(T x) { return x < T(0) ? -x : x; }
+__device__ __forceinline__ float dlcb_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double dlcb_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float dlcb_exp(float x) { return expf(x); }
+__device__ __forceinline__ double dlcb_exp(double x) { return exp(x); }
+__device__ __forceinline__ float dlcb_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double dlcb_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float dlcb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double dlcb_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+struct dlcb_sum_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
-struct dlcb_max {  // NaN-propagating, like torch.amax
+struct dlcb_max_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
-    return (a > b || a != a) ? a : b;
+    return dlcb_max(a, b);
   }
 };
 // Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
@@ -108,72 +146,98 @@ __device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
 """
 
 
+def _init(red: Reduction, acc: DType, literal) -> str:
+    """The identity of ``red`` in accumulator type ``acc`` (a float or int64 for max)."""
+    if red.combine is Combine.SUM:
+        return literal(acc, 0)
+    return literal(acc, float("-inf") if acc.is_float else -2**63)
+
+
 class _Cuda(_Printer):
     loop_tail = "}"
 
-    def acc(self, op: str) -> tuple[str, str]:
-        """(C type, initial value): sums accumulate in double, max in the dtype."""
-        if REDUCTIONS[op].combine == "sum":
-            return "double", "0.0"
-        return _CTYPE[self.tag], "-INFINITY"
+    def literal(self, t: DType, v) -> str:
+        return t.cuda_literal(v)
 
-    def divmod(self, kind, num, den, floor):
-        if floor:  # C truncates; floor semantics only matter when num may be negative
-            return f"dlcb_{'fdiv' if kind == 'div' else 'fmod'}({num}, {den})"
-        return f"{num} {'/' if kind == 'div' else '%'} {den}"
+    def cast(self, t: DType, code: str) -> str:
+        return f"(({t.ctype})({code}))"
 
-    def IdxLet(self, s):
-        return f"const I {s.name} = {self.idx(s, ' * ')};  // {s.expr!r}"
+    def template(self, op: str) -> str:
+        return OPS[op].cuda
 
-    def Load(self, s):
-        return f"const {_CTYPE[self.tag]} {s.name} = {s.buf}[{s.index}];"
+    @singledispatchmethod
+    def stmt(self, s) -> str:  # pragma: no cover
+        raise TypeError(f"no CUDA spelling for {type(s).__name__}")
 
-    def Compute(self, s):
-        args = [scalar_literal(a, self.tag)[0] if isinstance(a, float) else a for a in s.args]
-        return f"const {_CTYPE[self.tag]} {s.name} = {OPS[s.op].cuda[self.tag].format(*args)};"
+    @stmt.register
+    def _(self, s: IdxSum) -> str:
+        return f"const I {s.name} = {self.sum_expr(s)};  // {s.expr!r}"
 
-    def AccInit(self, s):
-        ty, init = self.acc(s.op)
-        return f"{ty} {s.name} = {init};"
+    @stmt.register
+    def _(self, s: IdxProd) -> str:
+        return f"const I {s.name} = {' * '.join(s.factors)};  // {s.expr!r}"
 
-    def Accumulate(self, s):
-        if REDUCTIONS[s.op].combine == "sum":
+    @stmt.register
+    def _(self, s: IdxDivMod) -> str:
+        if s.floor:  # C truncates; floor semantics only matter when num may be negative
+            fn = "dlcb_fdiv" if s.op is DivMod.FLOORDIV else "dlcb_fmod"
+            code = f"{fn}({s.num}, {s.den})"
+        else:
+            code = f"{s.num} {'/' if s.op is DivMod.FLOORDIV else '%'} {s.den}"
+        return f"const I {s.name} = {code};  // {s.expr!r}"
+
+    @stmt.register
+    def _(self, s: Load) -> str:
+        return f"const {s.dtype.ctype} {s.name} = in{s.buf}[{s.index}];"
+
+    @stmt.register
+    def _(self, s: Compute) -> str:
+        code = self.compute(s)
+        return f"const {s.dtype.ctype} {s.name} = {code if s.dtype == s.compute else self.cast(s.dtype, code)};"
+
+    @stmt.register
+    def _(self, s: AccInit) -> str:
+        return f"{s.acc.ctype} {s.name} = {_init(s.red, s.acc, self.literal)};"
+
+    @stmt.register
+    def _(self, s: Accumulate) -> str:
+        if s.red.combine is Combine.SUM:
             return f"{s.name} += {s.value};"
-        return f"{s.name} = dlcb_max()({s.name}, {s.value});"
+        return f"{s.name} = dlcb_max({s.name}, {self.cast(s.acc, s.value)});"
 
-    def loop_head(self, s):
+    @stmt.register
+    def _(self, s: BlockReduce) -> str:
+        ty = s.acc.ctype
+        fn = "dlcb_sum_op()" if s.red.combine is Combine.SUM else "dlcb_max_op()"
+        init = _init(s.red, s.acc, self.literal)
+        return f"{s.name} = dlcb_block_reduce<{ty}>({s.name}, ({ty}){init}, {fn});"
+
+    @stmt.register
+    def _(self, s: Finish) -> str:
+        val = f"{s.acc} / (double){s.count}" if s.red.mean else s.acc
+        return f"const {s.dtype.ctype} {s.name} = ({s.dtype.ctype})({val});"
+
+    @stmt.register
+    def _(self, s: Store) -> str:
+        return f"{'if (threadIdx.x == 0) ' if self.k.cooperative else ''}out[t] = {s.value};"
+
+    def loop_head(self, s: Loop) -> str:
         if s.cooperative:
             return (f"for (I {s.var} = threadIdx.x; {s.var} < {s.extent}; "
                     f"{s.var} += blockDim.x) {{")
         return f"for (I {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
 
-    def BlockReduce(self, s):
-        ty, init = self.acc(s.op)
-        fn = f"dlcb_{REDUCTIONS[s.op].combine}()"
-        return f"{s.name} = dlcb_block_reduce<{ty}>({s.name}, ({ty}){init}, {fn});"
-
-    def Finish(self, s):
-        T = _CTYPE[self.tag]
-        val = f"{s.acc} / (double){s.count}" if REDUCTIONS[s.op].mean else s.acc
-        return f"const {T} {s.name} = ({T})({val});"
-
-    def Store(self, s):
-        return f"{'if (threadIdx.x == 0) ' if self.k.cooperative else ''}out[t] = {s.value};"
-
-
-NARROW = "_i32"
-"""Suffix of a kernel's 32-bit-index entry point (valid while every buffer's numel fits)."""
-
 
 def cuda_kernel(k: KernelBody) -> str:
     """The kernel body as a template over the index type ``I`` and two entry points with the same
     ``long long`` parameters: ``name`` (64-bit index arithmetic) and ``name_i32`` (32-bit, much
-    cheaper ``/`` and ``%``; the launcher uses it when every buffer's numel is small enough)."""
-    T = _CTYPE[k.dtype]
-    bufs = [f"{T}* __restrict__ out"] + [f"const {T}* __restrict__ in_{v.name}" for v in k.inputs]
+    cheaper ``/`` and ``%``; the launcher uses it when every index bound fits)."""
+    bufs = [f"{k.dtype.ctype}* __restrict__ out"] + \
+        [f"const {v_t.ctype}* __restrict__ in{i}"
+         for i, v_t in enumerate(in_dtypes(k))]
     ints = ["numel"] + [n for n, _ in k.params]
-    names = ["out"] + [f"in_{v.name}" for v in k.inputs]
-    head = [f"// {n} = {e!r}" for n, e in k.params]
+    names = ["out"] + [f"in{i}" for i in range(len(k.inputs))]
+    head = _header(k, "//")
     if k.cooperative:
         head.append("// one block per output element; the block's threads split the reduction")
         loop = ["  for (I t = blockIdx.x; t < numel; t += gridDim.x) {"]
@@ -194,13 +258,13 @@ def cuda_kernel(k: KernelBody) -> str:
     return "\n".join(lines)
 
 
-def entry_points(kernels: list[KernelBody]) -> list[str]:
+def entry_points(kernels: Sequence[KernelBody]) -> list[str]:
     """Every ``extern "C"`` kernel name of a module (both index widths of every variant)."""
     return [k.name + s for k in all_variants(kernels) for s in ("", NARROW)]
 
 
-def cuda_module(kernels: list[KernelBody]) -> str:
-    """One translation unit for all of a compile's kernels and their variants (one NVRTC call)."""
+def cuda_module(kernels: Sequence[KernelBody]) -> str:
+    """One translation unit for the kernels and their variants (one NVRTC call); compiles alone."""
     return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(k) for k in all_variants(kernels)) + "\n"
 
 
@@ -236,51 +300,70 @@ def _div(a, b):
 
 class _Numba(_Printer):
     indent = "    "
-    loop_tail = ""
 
-    def divmod(self, kind, num, den, floor):
-        return f"{num} {'//' if kind == 'div' else '%'} {den}"  # Python's are floor semantics
+    def literal(self, t: DType, v) -> str:
+        return t.py_literal(v)
 
-    def IdxLet(self, s):
-        return f"{s.name} = {self.idx(s, ' * ')}  # {s.expr!r}"
+    def cast(self, t: DType, code: str) -> str:
+        return f"np.{t.nptype}({code})"
 
-    def Load(self, s):
-        return f"{s.name} = {s.buf}[{s.index}]"
+    def template(self, op: str) -> str:
+        return OPS[op].py
 
-    def Compute(self, s):
-        np_t = _NPTYPE[self.tag]
-        args = [f"np.{np_t}({scalar_literal(a, self.tag)[1]})" if isinstance(a, float) else a
-                for a in s.args]
-        return f"{s.name} = np.{np_t}({OPS[s.op].py.format(*args)})"
+    @singledispatchmethod
+    def stmt(self, s) -> str:  # pragma: no cover
+        raise TypeError(f"no numba spelling for {type(s).__name__}")
 
-    def AccInit(self, s):
-        sum_like = REDUCTIONS[s.op].combine == "sum"
-        return f"{s.name} = {'0.0' if sum_like else f'np.{_NPTYPE[self.tag]}(-np.inf)'}"
+    @stmt.register
+    def _(self, s: IdxSum) -> str:
+        return f"{s.name} = {self.sum_expr(s)}  # {s.expr!r}"
 
-    def Accumulate(self, s):
-        if REDUCTIONS[s.op].combine == "sum":
+    @stmt.register
+    def _(self, s: IdxProd) -> str:
+        return f"{s.name} = {' * '.join(s.factors)}  # {s.expr!r}"
+
+    @stmt.register
+    def _(self, s: IdxDivMod) -> str:   # Python's // and % are floor semantics
+        return f"{s.name} = {s.num} {s.op.value} {s.den}  # {s.expr!r}"
+
+    @stmt.register
+    def _(self, s: Load) -> str:
+        return f"{s.name} = in{s.buf}[{s.index}]"
+
+    @stmt.register
+    def _(self, s: Compute) -> str:   # numba widens small ints and math.* returns double: cast
+        return f"{s.name} = {self.cast(s.dtype, self.compute(s))}"
+
+    @stmt.register
+    def _(self, s: AccInit) -> str:
+        return f"{s.name} = {_init(s.red, s.acc, self.literal)}"
+
+    @stmt.register
+    def _(self, s: Accumulate) -> str:
+        if s.red.combine is Combine.SUM:
             return f"{s.name} = {s.name} + {s.value}"
-        return f"{s.name} = _max({s.value}, {s.name})"
+        return f"{s.name} = _max({self.cast(s.acc, s.value)}, {s.name})"
 
-    def loop_head(self, s):
-        return f"for {s.var} in range({s.extent}):"
+    @stmt.register
+    def _(self, s: Finish) -> str:
+        val = f"{s.acc} / {s.count}" if s.red.mean else s.acc
+        return f"{s.name} = {self.cast(s.dtype, val)}"
 
-    def Finish(self, s):
-        val = f"{s.acc} / {s.count}" if REDUCTIONS[s.op].mean else s.acc
-        return f"{s.name} = np.{_NPTYPE[self.tag]}({val})"
-
-    def Store(self, s):
+    @stmt.register
+    def _(self, s: Store) -> str:
         return f"out[t] = {s.value}"
+
+    def loop_head(self, s: Loop) -> str:
+        return f"for {s.var} in range({s.extent}):"
 
 
 def numba_signature(k: KernelBody) -> str:
-    arr = f"{_NPTYPE[k.dtype]}[::1]"
-    return "void(" + ", ".join([arr] * (1 + len(k.inputs)) + ["int64"] * (1 + len(k.params))) + ")"
+    arrs = [f"{k.dtype.nbtype}[::1]"] + [f"{t.nbtype}[::1]" for t in in_dtypes(k)]
+    return "void(" + ", ".join(arrs + ["int64"] * (1 + len(k.params))) + ")"
 
 
 def numba_kernel(k: KernelBody) -> str:
-    head = [f"# {n} = {e!r}" for n, e in k.params]
-    lines = head + [
+    lines = _header(k, "#") + [
         f'@njit("{numba_signature(k)}", parallel=True, cache=True, error_model="numpy")',
         f"def {k.name}({', '.join(param_names(k))}):",
         "    for t in prange(numel):",
@@ -289,5 +372,5 @@ def numba_kernel(k: KernelBody) -> str:
     return "\n".join(lines)
 
 
-def numba_module(kernels: list[KernelBody]) -> str:
+def numba_module(kernels: Sequence[KernelBody]) -> str:
     return PY_PRELUDE + "\n\n" + "\n\n\n".join(numba_kernel(k) for k in kernels) + "\n"

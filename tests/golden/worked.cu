@@ -11,12 +11,27 @@ template <typename I> __device__ __forceinline__ I dlcb_fmod(I a, I b) {
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
-struct dlcb_sum {
+template <typename T> __device__ __forceinline__ T dlcb_max(T a, T b) {  // NaN-propagating
+  return (a > b || a != a) ? a : b;
+}
+template <typename T> __device__ __forceinline__ T dlcb_min(T a, T b) {
+  return (a < b || a != a) ? a : b;
+}
+template <typename T> __device__ __forceinline__ T dlcb_abs(T x) { return x < T(0) ? -x : x; }
+__device__ __forceinline__ float dlcb_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double dlcb_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float dlcb_exp(float x) { return expf(x); }
+__device__ __forceinline__ double dlcb_exp(double x) { return exp(x); }
+__device__ __forceinline__ float dlcb_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double dlcb_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float dlcb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double dlcb_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+struct dlcb_sum_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
-struct dlcb_max {  // NaN-propagating, like torch.amax
+struct dlcb_max_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
-    return (a > b || a != a) ? a : b;
+    return dlcb_max(a, b);
   }
 };
 // Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
@@ -35,23 +50,26 @@ __device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
   return v;
 }
 
+// out = %reshape (f32)
+// in0 = %x (f32)
+// in1 = %y (f32)
 // one thread per output element
 template <typename I>
-__device__ __forceinline__ void dlcb_k0_reshape_body(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, const I numel) {
+__device__ __forceinline__ void dlcb_k0_reshape_body(float* __restrict__ out, const float* __restrict__ in0, const float* __restrict__ in1, const I numel) {
   const I step = (I)gridDim.x * blockDim.x;
   for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {
-    const float x1 = in_x[t];
-    const I i2 = t % 24;  // t % 24
-    const I i3 = i2 / 6;  // (t % 24) // 6
-    const float x4 = in_y[i3];
+    const float x1 = in0[t];
+    const I i2 = t % 24;  // _t % 24
+    const I i3 = i2 / 6;  // (_t % 24) // 6
+    const float x4 = in1[i3];
     const float v5 = (x1 * x4);
     const float v6 = (v5 < 0.0f ? 0.0f : v5);
     out[t] = v6;
   }
 }
-extern "C" __global__ void dlcb_k0_reshape(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel) {
-  dlcb_k0_reshape_body<long long>(out, in_x, in_y, numel);
+extern "C" __global__ void dlcb_k0_reshape(float* __restrict__ out, const float* __restrict__ in0, const float* __restrict__ in1, long long numel) {
+  dlcb_k0_reshape_body<long long>(out, in0, in1, numel);
 }
-extern "C" __global__ void dlcb_k0_reshape_i32(float* __restrict__ out, const float* __restrict__ in_x, const float* __restrict__ in_y, long long numel) {
-  dlcb_k0_reshape_body<int>(out, in_x, in_y, (int)numel);
+extern "C" __global__ void dlcb_k0_reshape_i32(float* __restrict__ out, const float* __restrict__ in0, const float* __restrict__ in1, long long numel) {
+  dlcb_k0_reshape_body<int>(out, in0, in1, (int)numel);
 }

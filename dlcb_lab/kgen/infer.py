@@ -1,0 +1,282 @@
+"""Backward coordinate inference (paper §4.2-4.3) into kernel IR.
+
+A kernel computes one materialized value (a graph output or a reduction result) with one thread per
+output element. Its output coordinates ``_c0.._c{r-1}`` are derived from the flat thread index
+``_t``; each op's ``reverse`` maps the coordinates of its output to those of its inputs (broadcast
+-> 0, reshape -> div/mod, permute -> reorder, reduce -> loop variables ``_l0..``) until a
+materialized value is reached, which becomes a load. Index expressions are dimension expressions,
+simplified against the coordinate bounds; interning makes every shared subexpression one node,
+computed once. Code that does not depend on a reduction's loop variables is hoisted out of the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
+from ..dims.bounds import Bounds, lower, nonneg
+from ..ir.dtypes import dtype_of
+from ..ir.graph import Graph, Value
+from ..ir.ops import REDUCTIONS, OpKind, delinearize, linear_index, reduced_extents
+from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxDivMod,
+                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Ref, Store, acc_dtype, code_name)
+
+THREAD = var("_t", 2)
+FLAT_LOOP = var("_lf", 2)
+
+
+def coord_var(k: int) -> Var:
+    return var(f"_c{k}", 2)
+
+
+def loop_var(k: int) -> Var:
+    return var(f"_l{k}", 2)
+
+
+@dataclass
+class _Scope:
+    stmts: list
+    memo: dict = field(default_factory=dict)
+
+
+class _Builder:
+    def __init__(self, g: Graph, root: Value, materialized: set[int], name: str,
+                 cooperative: bool = False):
+        self.g, self.root, self.mat, self.name = g, root, materialized, name
+        self.cooperative = cooperative
+        self.dims = g.dims(root)
+        self.bounds: dict[str, Expr] = {}
+        self.coord_defs: dict[Var, Expr] = {}   # output coordinate _c_k -> its value in terms of _t
+        self.params: dict[Expr, str] = {}
+        self.inputs: dict[int, int] = {}        # value id -> buffer position
+        self.in_values: list[Value] = []
+        self.loads: list[tuple[str, tuple[Expr, ...]]] = []
+        self.loop_names: set[str] = set()
+        self.index_exprs: list[Expr] = []
+        self.n = 0
+        self.outer = _Scope([])
+        self.inner: _Scope | None = None
+
+    def tmp(self, p: str) -> str:
+        self.n += 1
+        return f"{p}{self.n}"
+
+    # scope of an expression / value: innermost loop scope iff it depends on a loop variable
+    def scope_for(self, free: frozenset[str]) -> _Scope:
+        return self.inner if self.inner is not None and free & self.loop_names else self.outer
+
+    def lookup(self, key) -> str | None:
+        for s in (self.inner, self.outer):
+            if s is not None and key in s.memo:
+                return s.memo[key]
+        return None
+
+    # -- integer index expressions ----------------------------------------------------------------
+    def param(self, e: Expr) -> str:
+        name = self.params.get(e)
+        if name is None:
+            name = code_name(e) if isinstance(e, Var) else f"p{len(self.params)}"
+            self.params[e] = name
+        return name
+
+    def index(self, e: Expr) -> str:
+        """Name (or literal / param spelling) holding ``e``; each node is emitted once per scope."""
+        if isinstance(e, Lit):
+            return str(e.value) if e.value >= 0 else f"({e.value})"
+        if isinstance(e, Var):
+            return code_name(e) if e.name in self.bounds else self.param(e)
+        if not (e.free_vars & self.bounds.keys()) and not _is_poly_of_vars(e):
+            return self.param(e)  # host-computed (contains // or % of runtime dims)
+        hit = self.lookup(e)
+        if hit is not None:
+            return hit
+        if isinstance(e, Sum):
+            terms = tuple((c, self.index(m)) for m, c in e.terms)
+            stmt = IdxSum(self.tmp("i"), e.const, terms, e)
+        elif isinstance(e, Prod):
+            factors = tuple(self.index(f) for f in e.factors)
+            stmt = IdxProd(self.tmp("i"), factors, e)
+        else:
+            op = DivMod.FLOORDIV if isinstance(e, FloorDiv) else DivMod.MOD
+            num, den = self.index(e.num), self.index(e.den)
+            stmt = IdxDivMod(self.tmp("i"), op, num, den, needs_floor(e, self.bounds), e)
+        name = stmt.name
+        self.index_exprs.append(e)
+        scope = self.scope_for(e.free_vars)
+        scope.stmts.append(stmt)
+        scope.memo[e] = name
+        return name
+
+    # -- values ------------------------------------------------------------------------------------
+    def value(self, v: Value, coords: list[Expr]) -> str:
+        coords = [simplify_bounded(c, self.bounds) for c in coords]
+        key = (v.id, tuple(coords))
+        hit = self.lookup(key)
+        if hit is not None:
+            return hit
+        free = frozenset().union(*(c.free_vars for c in coords)) if coords else frozenset()
+        if v.producer is None or (v.id in self.mat and v is not self.root):
+            buf = self.inputs.setdefault(v.id, len(self.inputs))
+            if buf == len(self.in_values):
+                self.in_values.append(v)
+            idx = simplify_bounded(linear_index(coords, self.g.dims(v)), self.bounds)
+            # in terms of _t: identity layouts collapse (24*(_t // 24) + _t % 24 -> _t)
+            idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
+            iname = self.index(idx)
+            self.index_exprs.append(idx)
+            self.loads.append((v.name, tuple(coords)))
+            name = self.tmp("x")
+            stmt = Load(name, dtype_of(v.dtype), buf, iname)
+        else:
+            node = v.producer
+            ins = node.op.reverse(self.g, node, coords)
+            if node.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE):   # pure coordinate transforms
+                return self.value(node.inputs[0], ins[0])
+            args = tuple(Imm(x) if c is None else Ref(self.value(x, c), dtype_of(x.dtype))
+                         for x, c in zip(node.inputs, ins))
+            name = self.tmp("v")
+            stmt = Compute(name, node.op.name, args, dtype_of(v.dtype),
+                           dtype_of(node.compute_dtype))
+        scope = self.scope_for(free)
+        scope.stmts.append(stmt)
+        scope.memo[key] = name
+        return name
+
+    # -- kernel -------------------------------------------------------------------------------------
+    def build(self) -> KernelBody:
+        numel = prod(self.dims)
+        self.bounds[THREAD.name] = numel
+        coords: list[Expr] = []
+        out_coords = []
+        for k, e in enumerate(delinearize(THREAD, self.dims)):
+            e = simplify_bounded(e, self.bounds)
+            if self.dims[k] is lit(1):
+                coords.append(lit(0))
+                out_coords.append((coord_var(k).name, lit(0)))
+                continue
+            cv = coord_var(k)
+            self.bounds[cv.name] = self.dims[k]
+            self.coord_defs[cv] = e
+            out_coords.append((cv.name, e))
+            coords.append(cv)
+        loops: list[tuple[str, Expr]] = []
+        node = self.root.producer
+        extent = None
+        out_t = dtype_of(self.root.dtype)
+        if node is not None and node.op.kind is OpKind.REDUCE:
+            red = REDUCTIONS[node.op.name]
+            acc_t = acc_dtype(red, out_t)
+            exts = reduced_extents(self.g, node)
+            extent = prod(exts)
+            acc = self.tmp("acc")
+            self.outer.stmts.append(AccInit(acc, red, acc_t))
+            if not extent.is_lit(0):   # an empty extent leaves the identity (mean: 0/0 = NaN)
+                self.reduce_loops(node, coords, exts, extent, loops, acc, red, acc_t)
+            if self.cooperative:
+                self.outer.stmts.append(BlockReduce(acc, red, acc_t))
+            count = self.index(extent) if red.mean else ""
+            res = self.tmp("v")
+            self.outer.stmts.append(Finish(res, red, acc, count, out_t))
+        else:
+            res = self.value(self.root, coords)
+        self.outer.stmts.append(Store(res))
+        cmap = CoordMap(self.root.name, tuple(out_coords), tuple(loops), tuple(self.loads))
+        params = tuple((n, e) for e, n in self.params.items())
+        bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
+        return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
+                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, extent)
+
+    def reduce_loops(self, node, coords, exts, extent, loops, acc, red, acc_t) -> None:
+        if self.cooperative:   # one flat loop split across the block: l_k from _lf
+            self.bounds[FLAT_LOOP.name] = extent
+            self.loop_names.add(FLAT_LOOP.name)
+            loops.append((FLAT_LOOP.name, extent))
+            lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, exts)]
+        else:
+            lvars = [loop_var(i) for i in range(len(exts))]
+            for lv, ext in zip(lvars, exts):
+                self.bounds[lv.name] = ext
+                self.loop_names.add(lv.name)
+                loops.append((lv.name, ext))
+        self.inner = _Scope([])
+        (in_coords,) = node.op.reverse(self.g, node, coords, loops=lvars)
+        val = self.value(node.inputs[0], in_coords)
+        self.inner.stmts.append(Accumulate(acc, red, val, acc_t))
+        body: tuple = tuple(self.inner.stmts)
+        for name, ext in reversed(loops):
+            body = (Loop(code_name(var(name, 2)), self.index(ext), body, self.cooperative),)
+        self.inner = None
+        self.outer.stmts.extend(body)
+
+
+def _is_poly_of_vars(e: Expr) -> bool:
+    """True when ``e`` is a polynomial in plain variables (cheap to compute in-kernel)."""
+    if isinstance(e, (Lit, Var)):
+        return True
+    if isinstance(e, (FloorDiv, Mod)):
+        return False
+    return all(_is_poly_of_vars(c) for c in e.children())
+
+
+def magnitude(e: Expr, b: Bounds) -> Expr:
+    """A bound, as an expression of runtime dims, on ``|x|`` for the value ``x`` of ``e`` and for
+    every partial result of computing it term by term, over the coordinate ranges ``b`` (runtime
+    dims are non-negative; a coordinate ``v`` is at most ``b[v] - 1``; ``//`` by a positive divisor
+    shrinks; ``x % d`` is below ``d``, its floor correction below ``2d``)."""
+    if isinstance(e, Lit):
+        return lit(abs(e.value))
+    if isinstance(e, Var):
+        return b[e.name] - 1 if e.name in b else e
+    if isinstance(e, Sum):
+        return sum((magnitude(m, b) * abs(c) for m, c in e.terms), lit(abs(e.const)))
+    if isinstance(e, Prod):
+        return prod(magnitude(f, b) for f in e.factors)
+    if isinstance(e, FloorDiv):
+        return magnitude(e.num, b)
+    return magnitude(e.den, b) * 2
+
+
+def index_bounds(exprs: list[Expr], b: Bounds) -> tuple[Expr, ...]:
+    """The magnitudes of ``exprs``, without literals below the largest literal and without
+    expressions provably below another one."""
+    mags: list[Expr] = []
+    for e in dict.fromkeys(magnitude(x, b) for x in exprs):
+        if any(nonneg(m - e) for m in mags):
+            continue
+        mags = [m for m in mags if not nonneg(e - m)] + [e]
+    return tuple(mags)
+
+
+def materialized_values(g: Graph) -> list[Value]:
+    """Values that get a buffer: graph outputs and reduction results (in order)."""
+    out_ids = {v.id for v in g.outputs}
+    return [n.out for n in g.nodes if n.op.kind is OpKind.REDUCE or n.out.id in out_ids] + \
+        [v for v in g.inputs if v.id in out_ids]
+
+
+def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
+    """One kernel per materialized value whose element count is not literally 0, in dependency
+    (graph) order. With ``cooperative``, each reduction kernel also carries a block-per-output
+    ``variant`` (for large reduced extents)."""
+    mats = materialized_values(g)
+    mat_ids = {v.id for v in mats}
+    out = []
+    for i, v in enumerate(mats):
+        if prod(g.dims(v)).is_lit(0):
+            continue
+        name = f"dlcb_k{i}_{_ident(v.name)}"
+        body = _Builder(g, v, mat_ids, name).build()
+        if cooperative and body.reduce_extent is not None:
+            body = replace(body, variant=_Builder(g, v, mat_ids, name + "_blk", True).build())
+        out.append(body)
+    return out
+
+
+def _ident(s: str) -> str:
+    return "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in s)
+
+
+def needs_floor(e: FloorDiv | Mod, bounds: Bounds) -> bool:
+    """C's ``/`` and ``%`` truncate; they equal floor semantics when the numerator is >= 0."""
+    lo = lower(e.num, bounds)
+    return not (lo is not None and nonneg(lo))

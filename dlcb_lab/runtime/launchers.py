@@ -1,0 +1,48 @@
+"""Launchers: call one compiled kernel (and its variants) with buffers and int params.
+
+Both take ``(variant, numel, out, ins, params, narrow)``: ``variant`` 0 is one thread per output
+element, 1 (reductions) one block per output element; ``narrow`` selects the 32-bit index entry
+point (CUDA only; the host program decides it from the kernel's index bound)."""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 256
+MAX_GRID = 1 << 16
+NARROW_LIMIT = (1 << 31) - (1 << 25)
+"""Largest index bound served by the 32-bit entry point: every index intermediate, and ``t`` plus
+the grid-stride step (at most ``MAX_GRID * BLOCK``), stays below 2**31."""
+
+
+class CpuLauncher:
+    """numba kernel ``fn(out, *ins, numel, *params)`` over flat views of CPU tensors."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def choose(self, numel: int, extent: int) -> int:
+        return 0
+
+    def __call__(self, variant: int, numel: int, out: torch.Tensor, ins, params, narrow=False):
+        self.fn(out.view(-1).numpy(), *[a.view(-1).numpy() for a in ins], numel, *params)
+
+
+class CudaLauncher:
+    """``CudaKernel``s ``(out, *ins, numel, *params)`` keyed by (variant, narrow). The cooperative
+    variant is chosen when the reduced extent is large enough to occupy a block and either the
+    outputs alone would not fill the GPU or the extent is long."""
+
+    def __init__(self, kernels: dict, sm_count: int = 132):
+        self.kernels = kernels
+        self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
+
+    def choose(self, numel: int, extent: int) -> int:
+        if (1, False) not in self.kernels or extent < 64:
+            return 0
+        return 1 if (numel < self.fill or extent >= 4096) else 0
+
+    def __call__(self, variant: int, numel: int, out, ins, params, narrow=False):
+        k = self.kernels[variant, narrow]
+        grid = numel if variant else -(-numel // BLOCK)
+        k[min(MAX_GRID, grid), BLOCK](out, *ins, numel, *params)

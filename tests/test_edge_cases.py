@@ -1,0 +1,319 @@
+"""Edge cases, each against torch eager on the CPU backend: empty dim lists, zero-size dims (static
+and at run time), 0-d tensors, keyword defaults spelled out, integer and bool dtypes with torch's
+type promotion, in-place forms, reductions over empty ranges, invalid axes, reshape sizes computed
+from dims, and examples the compiled program rejects. A refusal must be a ``dl`` error naming the
+op and the user's source line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dlcb_lab as dl
+
+from harness import Spy, as_tuple
+
+HERE = "test_edge_cases.py"
+
+
+class Fn(torch.nn.Module):
+    """A module around a one-argument function (fx traces through the lambda)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class Fn2(Fn):
+    def forward(self, x, y):
+        return self.fn(x, y)
+
+
+def run(m, ins, dynamic=False, calls=()):
+    """Compile ``m`` for ``ins`` and compare with eager on ``ins`` and on each input tuple of
+    ``calls``; returns the compiled module."""
+    cm = dl.compile(m, ins, dynamic=dynamic, backend="cpu")
+    for args in (ins, *calls):
+        got, want = as_tuple(cm(*args)), as_tuple(m(*args))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
+    return cm
+
+
+# --- empty dim lists reduce every axis --------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.sum(x, dim=()), lambda x: torch.amax(x, dim=()), lambda x: torch.mean(x, dim=[]),
+    lambda x: x.sum([]), lambda x: torch.sum(x, dim=(), keepdim=True), lambda x: x.amax(),
+], ids=["sum()", "amax()", "mean[]", "sum[]", "sum()keep", "amax"])
+@pytest.mark.parametrize("dynamic", [False, {0: {0: "N"}}], ids=["static", "dynamic"])
+def test_empty_dim_list_reduces_all(fn, dynamic):
+    calls = [(torch.randn(5, 3),)] if dynamic else []
+    cm = run(Fn(fn), (torch.randn(2, 3),), dynamic, calls)
+    assert cm(torch.randn(2, 3)).dim() in (0, 2)
+
+
+# --- zero-size dims ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn,shape", [
+    (torch.exp, (1, 0, 3)), (torch.sigmoid, (1, 0, 3)), (torch.relu, (1, 0, 3)),
+    (lambda x: x + 1, (2, 0)), (lambda x: x.sum(1), (3, 0)), (lambda x: x.mean(1), (3, 0)),
+    (lambda x: x.sum(0), (3, 0)), (lambda x: x.reshape(-1, 3).permute(1, 0), (0, 6)),
+    (lambda x: x.amax(0), (3, 0)),
+], ids=["exp", "sigmoid", "relu", "add", "sum-empty-axis", "mean-empty-axis", "sum-to-empty",
+        "reshape-permute", "amax-to-empty"])
+def test_zero_size_static(fn, shape):
+    run(Fn(fn), (torch.randn(*shape),))
+
+
+def test_zero_size_at_run_time_launches_nothing(monkeypatch):
+    m = Fn(lambda x: (torch.relu(x) * 2, x.sum(0), x.mean(0), x.sum(1), x.reshape(-1, 2)))
+    cm = run(m, (torch.randn(3, 4),), {0: {0: "N"}}, [(torch.randn(5, 4),)])
+    spy = Spy(cm, monkeypatch)
+    x = torch.randn(0, 4)
+    got, want = cm(x), m(x)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, equal_nan=True)   # sum over N=0: zeros; mean: NaN
+    assert spy.launches == 2   # only the [4]-shaped reductions over the empty axis run
+
+
+def test_amax_over_empty_range():
+    """eager raises for amax over an empty range: at compile time for literal extents, before any
+    launch (ShapeMismatch naming the op and line) for a dim that is 0 at run time."""
+    with pytest.raises(dl.ShapeError, match=rf"amax 'amax'.*{HERE}.*empty range"):
+        dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), backend="cpu")
+    cm = dl.compile(Fn(lambda x: x.amax(0)), (torch.randn(3, 4),), {0: {0: "N"}}, backend="cpu")
+    with pytest.raises(dl.ShapeMismatch, match=rf"amax 'amax' at {HERE}.*empty range.*N = input 0"):
+        cm(torch.randn(0, 4))
+    with pytest.raises(IndexError):
+        torch.randn(0, 4).amax(0)
+
+
+# --- 0-d tensors --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.transpose(x, 0, 0), lambda x: x.transpose(-1, 0), lambda x: x.sum(0),
+    lambda x: x.sum(-1), lambda x: torch.mean(x, dim=0), lambda x: x.amax(-1),
+    lambda x: x.sum(dim=(), keepdim=True), lambda x: x.flatten(), lambda x: x.reshape(1, 1) + x,
+    lambda x: x.permute(()) * 2,
+], ids=["transpose00", "transpose-10", "sum0", "sum-1", "mean0", "amax-1", "sum()", "flatten",
+        "reshape", "permute()"])
+def test_zero_dim_tensor(fn):
+    run(Fn(fn), (torch.tensor(1.5),))
+
+
+def test_zero_dim_invalid_axis():
+    with pytest.raises(dl.ShapeError, match=r"dim 1 out of range for a rank-0 tensor"):
+        dl.compile(Fn(lambda x: x.sum(1)), (torch.tensor(1.0),), backend="cpu")
+
+
+# --- keyword defaults spelled out ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.relu(x), lambda x: F.relu(x, inplace=False), lambda x: torch.relu(input=x),
+    lambda x: torch.sum(x, dim=1, keepdim=False, dtype=None), lambda x: torch.add(x, x, alpha=1),
+    lambda x: torch.add(x, other=x, alpha=2), lambda x: torch.sub(x, 1.5, alpha=2),
+    lambda x: torch.flatten(x, start_dim=0, end_dim=-1), lambda x: x.transpose(dim0=0, dim1=1),
+    lambda x: torch.div(x, 2.0, rounding_mode=None), lambda x: torch.amax(x, dim=(), keepdim=False),
+    lambda x: x.reshape(shape=(-1,)),
+    lambda x: torch.permute(x, dims=(1, 0)), lambda x: x.sum(dim=None),
+    lambda x: torch.mean(x, 1, True), lambda x: x.contiguous(memory_format=torch.contiguous_format),
+    lambda x: torch.sum(x, 0, dtype=torch.float64), lambda x: x.to(dtype=torch.float64, copy=False),
+], ids=["F.relu", "F.relu-inplace=False", "input=", "sum-kw", "alpha1", "alpha2", "sub-alpha",
+        "flatten-kw", "transpose-kw", "div-rm", "amax-kw", "reshape-kw", "permute-kw", "sum-None",
+        "mean-pos", "contiguous-kw", "sum-dtype", "to-kw"])
+def test_keyword_defaults(fn):
+    run(Fn(fn), (torch.randn(3, 4),), {0: {0: "N"}}, [(torch.randn(6, 4),)])
+
+
+def test_unsupported_argument_value_is_named():
+    with pytest.raises(dl.UnsupportedOp, match=rf"div 'div' at {HERE}.*rounding_mode='floor'"):
+        dl.compile(Fn(lambda x: torch.div(x, 2, rounding_mode="floor")), (torch.randn(3),),
+                   backend="cpu")
+    with pytest.raises(dl.UnsupportedOp, match=r"do not fit sum.*unexpected keyword.*bogus"):
+        dl.compile(Fn(lambda x: x.sum(bogus=1)), (torch.randn(3),), backend="cpu")
+
+
+# --- integer and bool dtypes, type promotion ------------------------------------------------------------
+
+def _ints(x, y):   # x: int, y: same-shape int of another width
+    a = x * 3 - y + (x > y).to(torch.int64) + torch.maximum(x, y) - torch.minimum(-x, y).abs()
+    b = torch.where(x >= 0, x, y) + (x == y) + x.neg() + torch.relu(x)
+    return a, b, x.sum(1), y.amax(0), x / 2, x + 1.5, (x != 0) & (y < 1), ~(x > 0), x.float().mean()
+
+
+INT_PAIRS = [(torch.int64, torch.int64), (torch.int32, torch.int64), (torch.int16, torch.int8),
+             (torch.uint8, torch.uint8), (torch.int8, torch.int32)]
+
+
+@pytest.mark.parametrize("dx,dy", INT_PAIRS, ids=[f"{a}-{b}".replace("torch.", "")
+                                                   for a, b in INT_PAIRS])
+def test_integer_dtypes(dx, dy):
+    g = torch.Generator().manual_seed(0)
+    lo = 0 if torch.uint8 in (dx, dy) else -9
+    mk = lambda n: (torch.randint(lo, 9, (n, 5), generator=g, dtype=dx),   # noqa: E731
+                    torch.randint(lo, 9, (n, 5), generator=g, dtype=dy))
+    m = Fn2(_ints)
+    run(m, mk(3), {0: {0: "N"}, 1: {0: "N"}}, [mk(1), mk(7)])
+
+
+def test_bool_and_logical_ops():
+    m = Fn2(lambda x, y: (x & y, x | ~y, torch.logical_not(x), x.sum(0), x.amax(1), x.to(torch.float32)
+                          + 1, torch.where(x, 1.0, y.double()), x == y, torch.logical_and(x, y.int())))
+    mk = lambda n: (torch.rand(n, 4) > 0.5, torch.rand(n, 4) > 0.3)   # noqa: E731
+    run(m, mk(3), {0: {0: "N"}, 1: {0: "N"}}, [mk(8)])
+
+
+def test_type_promotion():
+    """int + float scalar -> default float; a 0-d float64 tensor promotes an int tensor's result to
+    float64 but not a float32 tensor's (torch's category rules)."""
+    m = Fn2(lambda x, s: (x + 1.5, x + s, x.float() + s, x * True, x.float() / 3))
+    x, s = torch.arange(6).reshape(2, 3), torch.tensor(0.25, dtype=torch.float64)
+    cm = run(m, (x, s), {0: {0: "N"}}, [(torch.arange(12).reshape(4, 3), s)])
+    assert [o.dtype for o in cm(x, s)] == [torch.float32, torch.float64, torch.float32,
+                                           torch.int64, torch.float32]
+
+
+@pytest.mark.parametrize("fn,dtype,match", [
+    (lambda x: x.mean(), torch.int64, r"mean 'mean' at .*torch rejects operand dtypes \(int64\)"),
+    (lambda x: -x, torch.bool, r"neg 'neg' at .*torch rejects operand dtypes \(bool\)"),
+    (lambda x: x - x, torch.bool, r"sub 'sub' at .*bool"),
+], ids=["mean-int", "neg-bool", "sub-bool"])
+def test_dtype_eager_rejects(fn, dtype, match):
+    with pytest.raises(dl.DTypeError, match=match):
+        dl.compile(Fn(fn), (torch.ones(2, 3, dtype=dtype),), backend="cpu")
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        fn(torch.ones(2, 3, dtype=dtype))
+
+
+def test_unsupported_dtype_names_input_and_op():
+    with pytest.raises(dl.UnsupportedOp, match=r"input 'x'.*float16 unsupported"):
+        dl.compile(Fn(torch.relu), (torch.ones(2, dtype=torch.float16),), backend="cpu")
+    with pytest.raises(dl.UnsupportedOp, match=rf"to 'to' at {HERE}.*bfloat16 unsupported"):
+        dl.compile(Fn(lambda x: x.to(torch.bfloat16)), (torch.ones(2),), backend="cpu")
+
+
+# --- in-place forms ------------------------------------------------------------------------------------
+
+def test_inplace_is_functionalized():
+    def f(x):
+        y = x * 2
+        z = y.contiguous()      # an alias of y
+        F.relu(y, inplace=True)
+        z.add_(1)                # mutates y too (``z += 1`` traces as an out-of-place add)
+        w = z.sub_(0.5).exp_()
+        return x + y, w, z
+    run(Fn(f), (torch.randn(3, 4),), {0: {0: "N"}}, [(torch.randn(5, 4),)])
+
+
+def test_inplace_cast_back():
+    run(Fn(lambda x: torch.relu_(x.to(torch.int32)).add_(1)), (torch.arange(-3, 3),))
+    with pytest.raises(dl.DTypeError, match=r"can't be cast to .*int32"):
+        dl.compile(Fn(lambda x: x.to(torch.int32).add_(1.5)), (torch.arange(3),), backend="cpu")
+
+
+@pytest.mark.parametrize("fn,match", [
+    (lambda x: x.relu_(), r"mutates graph input 'x'"),
+    (lambda x: (x * 1).view(-1).relu_(), r"shares storage with a view"),
+])
+def test_inplace_refused(fn, match):
+    with pytest.raises(dl.UnsupportedOp, match=match + rf".*|.*{HERE}"):
+        dl.compile(Fn(fn), (torch.randn(2, 3),), backend="cpu")
+
+
+# --- invalid axes are compile errors naming op and line ---------------------------------------------------
+
+@pytest.mark.parametrize("fn,match", [
+    (lambda x: x.sum(5), r"dim 5 out of range for a rank-2 tensor"),
+    (lambda x: x.amax(-3), r"dim -3 out of range"),
+    (lambda x: x.transpose(0, 3), r"dim1 3 out of range"),
+    (lambda x: x.permute(0, 3), r"dim 3 out of range"),
+    (lambda x: x.permute(0, 0), r"repeat an axis"),
+    (lambda x: x.permute(0), r"permute needs 2 axes"),
+    (lambda x: x.flatten(0, 5), r"end_dim 5 out of range"),
+    (lambda x: x.flatten(1, 0), r"start_dim 1 comes after end_dim 0"),
+    (lambda x: x.sum((1, 1)), r"dim 1 appears multiple times"),
+    (lambda x: x.sum(1.5), r"dim 1.5 is not an integer"),
+    (lambda x: x.size(2), r"dim 2 out of range"),
+    (lambda x: x.view(x.size(2)), r"dim 2 out of range"),
+    (lambda x: x.reshape(-1, -1), r"more than one -1"),
+    (lambda x: x.reshape(-2, 6), r"invalid size -2"),
+    (lambda x: x.reshape(0, -1), r"cannot derive the -1"),
+], ids=["sum5", "amax-3", "transpose03", "permute03", "permute00", "permute-short", "flatten05",
+        "flatten10", "sum11", "sum1.5", "size2", "view-size2", "reshape-1-1", "reshape-2",
+        "reshape0-1"])
+@pytest.mark.parametrize("dynamic", [False, {0: {0: "N"}}], ids=["static", "dynamic"])
+def test_invalid_axes(fn, match, dynamic):
+    with pytest.raises(dl.ShapeError, match=match) as ei:
+        dl.compile(Fn(fn), (torch.randn(2, 6),), dynamic, backend="cpu")
+    assert HERE in str(ei.value), str(ei.value)
+    with pytest.raises((RuntimeError, IndexError, TypeError)):
+        fn(torch.randn(2, 6))
+
+
+# --- reshape sizes computed from dims ----------------------------------------------------------------------
+
+def test_reshape_sizes_from_dim_arithmetic():
+    m = Fn(lambda x: x.reshape(x.size(0) + 1, -1))        # [N, 6] -> [N + 1, 6N / (N + 1)]
+    cm = run(m, (torch.randn(2, 6),), {0: {0: "N"}}, [(torch.randn(5, 6),), (torch.randn(0, 6),)])
+    with pytest.raises(dl.ShapeMismatch, match=r"residual constraint.*\(N \+ 1\).*N = input 0 'x'"):
+        cm(torch.randn(3, 6))
+    m = Fn(lambda x: x.reshape(x.size(0) % 3 + 1, -1))
+    run(m, (torch.randn(2, 6),), {0: {0: "N"}}, [(torch.randn(4, 6),), (torch.randn(9, 6),)])
+    m = Fn(lambda x: x.reshape(x.shape[0] * 2, x.size(1) // 2))
+    run(m, (torch.randn(2, 6),), {0: {0: "N"}}, [(torch.randn(7, 6),)])
+
+
+def test_dim_as_tensor_value():
+    run(Fn(lambda x: x * x.size(1) + x.shape[1]), (torch.randn(2, 6),), {0: {0: "N"}})
+    with pytest.raises(dl.UnsupportedOp, match=rf"mul 'mul' at {HERE}.*dimension N used as a tensor"):
+        dl.compile(Fn(lambda x: x * x.size(0)), (torch.randn(2, 6),), {0: {0: "N"}}, backend="cpu")
+
+
+# --- the example inputs must satisfy the compiled program ------------------------------------------------------
+
+@pytest.mark.parametrize("fn,ins,dynamic,match", [
+    (lambda x: x.reshape(x.size(0), -1, 4), (torch.randn(2, 6),), {0: {0: "N"}},
+     r"example inputs violate.*\(6\*N\) % \(4\*N\)|example inputs violate"),
+    (lambda x: x.reshape(-1, 3), (torch.randn(2, 5),), {0: {0: "N"}},
+     r"example inputs violate.*\(5\*N\) % 3 == 0.*N = input 0 'x' axis 0"),
+    (lambda x: x.reshape(-1, 3), (torch.randn(2, 5),), False, r"contradiction.*reshape"),
+], ids=["reshape-N-1-4", "reshape-1-3-dynamic", "reshape-1-3-static"])
+def test_example_inputs_checked_at_compile(fn, ins, dynamic, match):
+    with pytest.raises(dl.ShapeError, match=match) as ei:
+        dl.compile(Fn(fn), ins, dynamic, backend="cpu")
+    msg = str(ei.value)
+    assert "_r" not in msg or "_r1 is the -1" in msg, msg
+    with pytest.raises(RuntimeError):
+        fn(*ins)
+
+
+def test_same_dim_name_with_different_example_sizes():
+    with pytest.raises(dl.ShapeError, match=r"example inputs violate.*input 1 'y' axis 0: size 5"):
+        dl.compile(Fn2(lambda x, y: (x.sum(), y.sum())), (torch.randn(3), torch.randn(5)),
+                   {0: {0: "N"}, 1: {0: "N"}}, backend="cpu")
+
+
+# --- layouts ----------------------------------------------------------------------------------------------------
+
+LAYOUTS = {"coo": lambda t: t.to_sparse(), "csr": lambda t: t.to_sparse_csr(),
+           "mkldnn": lambda t: t.to_mkldnn()}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_non_strided_inputs_refused(layout, monkeypatch):
+    x = torch.randn(2, 3)
+    with pytest.raises(dl.UnsupportedOp, match=r"input 0 'x': layout .* unsupported"):
+        dl.compile(Fn(torch.relu), (LAYOUTS[layout](x),), backend="cpu")
+    cm = dl.compile(Fn(torch.relu), (x,), {0: {0: "N"}}, backend="cpu")
+    spy = Spy(cm, monkeypatch)
+    with pytest.raises(TypeError, match=r"input 0 'x': layout .* unsupported \(strided"):
+        cm(LAYOUTS[layout](x))
+    spy.assert_untouched()
