@@ -241,3 +241,23 @@ def test_host_interpret_matches_compiled(case, spec):
     assert seen["ok"] and seen["err"], seen
     with pytest.raises(dl.ShapeMismatch, match="expected"):
         fast([(1,)] * (host.n_args + 1))
+
+
+# --- integer and bool kernels compile too ------------------------------------------------------------
+
+@pytest.mark.parametrize("dx,dy", [(torch.int64, torch.int32), (torch.uint8, torch.int8),
+                                   (torch.bool, torch.bool), (torch.int16, torch.float64)])
+def test_integer_and_bool_cuda_compiles(dx, dy):
+    """Every op over integer and bool operands (casts, promotion, int64/long long accumulators,
+    both reduction variants) is valid CUDA."""
+    from test_edge_cases import Fn2, _ints
+
+    def f(x, y):
+        if dx is torch.bool:
+            return x & y, x | ~y, x.sum(0), x.amax(1), torch.where(x, 1.5, y.int()), x == y
+        return _ints(x, y)
+
+    ins = (torch.ones(3, 5, dtype=dx), torch.ones(3, 5, dtype=dy))
+    g = lower_to_ir(trace(Fn2(f)), list(ins), {0: {0: "N"}, 1: {0: "N"}})
+    bodies = infer_kernels(g, cooperative=True)
+    assert is_cubin(compile_cubin(cuda_module(bodies), arch="sm_90"))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import dlcb_lab as dl
 from dlcb_lab.kgen.emit import entry_points
 from dlcb_lab.runtime import nvrtc
-from dlcb_lab.runtime import thunks as thunks_mod
+from dlcb_lab.runtime import launchers, thunks as thunks_mod
 
 from harness import Compiled, Spy, check_eager, check_nan_propagation
 from models import BY_NAME, CASES, CHAIN_OPS, Affine, Chain
@@ -63,7 +63,7 @@ def test_float64(compiled):
 def test_large_batch_grid_stride(compiled):
     """More elements than one grid covers (MAX_GRID * BLOCK): the grid-stride loop must reach all."""
     case = BY_NAME["unary"]
-    n = thunks_mod.MAX_GRID * thunks_mod.BLOCK // 15 + 3      # 15 elements per batch row
+    n = launchers.MAX_GRID * launchers.BLOCK // 15 + 3      # 15 elements per batch row
     check_eager(case, compiled.get(case), case.inputs(n, device=DEV))
 
 
@@ -119,7 +119,7 @@ def test_reduction_variants(compiled, monkeypatch, name, n, variant):
     case = BY_NAME[name]
     cm = compiled.get(case)
     assert any(k.body.variant is not None for k in cm.pipeline.kernels)
-    monkeypatch.setattr(thunks_mod.CudaLauncher, "choose", lambda self, numel, extent: variant)
+    monkeypatch.setattr(launchers.CudaLauncher, "choose", lambda self, numel, extent: variant)
     check_eager(case, cm, case.inputs(n, device=DEV))
 
 

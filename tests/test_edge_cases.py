@@ -33,10 +33,11 @@ class Fn2(Fn):
         return self.fn(x, y)
 
 
-def run(m, ins, dynamic=False, calls=()):
+def run(m, ins, dynamic=False, calls=(), device="cpu"):
     """Compile ``m`` for ``ins`` and compare with eager on ``ins`` and on each input tuple of
-    ``calls``; returns the compiled module."""
-    cm = dl.compile(m, ins, dynamic=dynamic, backend="cpu")
+    ``calls``, on ``device`` (backend ``cpu`` or ``cuda``); returns the compiled module."""
+    ins, calls = [t.to(device) for t in ins], [[t.to(device) for t in c] for c in calls]
+    cm = dl.compile(m, ins, dynamic=dynamic, backend=device)
     for args in (ins, *calls):
         got, want = as_tuple(cm(*args)), as_tuple(m(*args))
         assert len(got) == len(want)
@@ -317,3 +318,10 @@ def test_non_strided_inputs_refused(layout, monkeypatch):
     with pytest.raises(TypeError, match=r"input 0 'x': layout .* unsupported \(strided"):
         cm(LAYOUTS[layout](x))
     spy.assert_untouched()
+
+
+def test_float_alpha_on_integers():
+    run(Fn(lambda x: (torch.add(x, 1.5, alpha=2.5), torch.sub(x.float(), x, alpha=0.5),
+                      torch.add(x, x, alpha=3))), (torch.arange(6),))
+    with pytest.raises(dl.DTypeError, match=rf"add 'add' at {HERE}.*alpha=2.5 is a float"):
+        dl.compile(Fn(lambda x: torch.add(x, x, alpha=2.5)), (torch.arange(6),), backend="cpu")

@@ -93,7 +93,20 @@ def test_index_width_from_index_bounds_per_kernel():
     r = host.interpret([(43692, 1), (1, 49152)])
     red, ew = cm.pipeline.kernels
     assert r[host.slots[f"{red.name}.numel"]] < NARROW_LIMIT   # buffers fit in int32
-    assert r[host.slots[f"{red.name}.index_bound"]] >= 43692 * 49152 > NARROW_LIMIT
+    assert r[host.slots[f"{red.name}.index_bound"]] >= 43692 * 49152 - 1 > NARROW_LIMIT
     assert r[host.slots[f"{ew.name}.index_bound"]] < NARROW_LIMIT
     small = host.interpret([(8, 1), (1, 8192)])
     assert small[host.slots[f"{red.name}.index_bound"]] < NARROW_LIMIT
+
+
+def test_index_bound_is_tight_for_identity_layouts():
+    """The bound follows the values (``200704*(t // 200704) <= numel``), not the worst case of each
+    factor: a 25.7M-element broadcast kernel keeps the 32-bit entry point."""
+    from dlcb_lab.bench.bandwidth import BiasReLU
+
+    x, s = torch.randn(2, 64, 56, 56), torch.randn(1, 64, 1, 1)
+    cm = dl.compile(BiasReLU(), (x, s, s), {0: {0: "N"}}, backend="cpu")
+    host, (k,) = cm.pipeline.host_program, cm.pipeline.kernels
+    r = host.interpret([(128, 64, 56, 56), (1, 64, 1, 1), (1, 64, 1, 1)])
+    numel = r[host.slots[f"{k.name}.numel"]]
+    assert numel <= r[host.slots[f"{k.name}.index_bound"]] <= numel + 2 ** 20

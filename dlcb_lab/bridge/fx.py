@@ -239,12 +239,17 @@ def _binary(op: str) -> Callable:
 def _additive(op: str) -> Callable:
     def lowering(cx, input, other, *, alpha=1, out=None):
         _no(out=(out, None))
-        other = _operand(other)
-        if alpha is not True and alpha != 1:   # input + alpha * other
+        input, other = _operand(input), _operand(other)
+        if alpha != 1:   # input + alpha * other
             if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
                 raise UnsupportedOp(f"alpha={alpha!r} is not a Python number")
+            if isinstance(alpha, float) and not any(
+                    isinstance(x, float) or isinstance(x, Value) and x.dtype.is_floating_point
+                    for x in (input, other)):
+                raise DTypeError(f"alpha={alpha!r} is a float but the operands are integral "
+                                 f"(torch rejects it)")
             other = cx.apply("mul", other, alpha) if isinstance(other, Value) else other * alpha
-        return cx.apply(op, _operand(input), other)
+        return cx.apply(op, input, other)
     return lowering
 
 

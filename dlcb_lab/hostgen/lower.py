@@ -135,6 +135,8 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
             if n.op.kind is OpKind.REDUCE and REDUCTIONS[n.op.name].combine is Combine.MAX:
                 ext = reduced_extents(g, n)
                 e = prod(ext)
+                if isinstance(e, Lit) and e.value > 0:
+                    continue
                 hb.guard("positive", f"{n.op.name} '{n.out.name}' at {escape(n.where)}: reduces "
                          f"an empty range ({e!r} = {{got}} elements; eager raises)"
                          f"{describe(ext, origins)}", hb.expr(e))

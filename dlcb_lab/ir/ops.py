@@ -1,7 +1,7 @@
 """The op registry. Each op declares (1) its shape constraints (``infer``), (2) its reverse
 coordinate transform (``reverse``: output coordinates -> each tensor input's coordinates, used by
 kgen), (3) its reference semantics (``reference``: a torch call, also the source of its dtype rule:
-it is run on meta tensors) and, for elementwise ops, (4) its scalar code in CUDA C++ and Python
+it is run on one-element tensors) and, for elementwise ops, (4) its scalar code in CUDA C++ and Python
 (``cuda``/``py``: format strings over operand spellings ``{0}, {1}, ...`` and ``{z}``, zero in the
 compute dtype). Every function here is a named module-level function, so graphs pickle.
 """
@@ -70,17 +70,18 @@ def is_scalar(x: Any) -> bool:
     return isinstance(x, (bool, int, float))
 
 
-# --- dtype rule: the reference on meta tensors -------------------------------------------------
+# --- dtype rule: the reference on one-element tensors -------------------------------------------------
 
 def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
-    """(output dtype, compute dtype) of ``node``, by running its reference on meta tensors of the
-    operands' ranks and dtypes (so torch's type promotion, 0-d and Python-scalar rules apply).
+    """(output dtype, compute dtype) of ``node``, by running its reference on one-element CPU
+    tensors of the operands' ranks and dtypes (so torch's type promotion, 0-d and Python-scalar
+    rules apply; meta tensors would import torch._dynamo, seconds on first use).
     Elementwise ops compute in the output dtype, except predicates (bool output), which compare in
     the operands' promoted dtype; coordinate transforms keep their input's dtype. ``DTypeError``
     when torch rejects the dtypes."""
     if node.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE):
         return node.inputs[0].dtype, node.inputs[0].dtype
-    args = [x if is_scalar(x) else torch.empty((1,) * x.rank, dtype=x.dtype, device="meta")
+    args = [x if is_scalar(x) else torch.zeros((1,) * x.rank, dtype=x.dtype)
             for x in node.inputs]
     try:
         out = node.op.reference(*args, **node.attrs).dtype

@@ -221,8 +221,9 @@ def _is_poly_of_vars(e: Expr) -> bool:
 def magnitude(e: Expr, b: Bounds) -> Expr:
     """A bound, as an expression of runtime dims, on ``|x|`` for the value ``x`` of ``e`` and for
     every partial result of computing it term by term, over the coordinate ranges ``b`` (runtime
-    dims are non-negative; a coordinate ``v`` is at most ``b[v] - 1``; ``//`` by a positive divisor
-    shrinks; ``x % d`` is below ``d``, its floor correction below ``2d``)."""
+    dims are non-negative; a coordinate ``v`` is at most ``b[v] - 1``; ``|x // d| <= |x| // d``,
+    plus one when ``x`` may be negative; ``x % d`` is below ``d``, its floor correction below
+    ``2d``)."""
     if isinstance(e, Lit):
         return lit(abs(e.value))
     if isinstance(e, Var):
@@ -231,19 +232,27 @@ def magnitude(e: Expr, b: Bounds) -> Expr:
         return sum((magnitude(m, b) * abs(c) for m, c in e.terms), lit(abs(e.const)))
     if isinstance(e, Prod):
         return prod(magnitude(f, b) for f in e.factors)
-    if isinstance(e, FloorDiv):
-        return magnitude(e.num, b)
+    if isinstance(e, FloorDiv):   # x // d with d >= 1 a runtime value (else only d >= 1 is known)
+        mag = magnitude(e.num, b)
+        if e.den.free_vars & b.keys():
+            return mag
+        lo = lower(e.num, b)
+        return mag // e.den + (0 if lo is not None and nonneg(lo) else 1)
     return magnitude(e.den, b) * 2
 
 
+BOUND_SLACK = 1 << 10
+"""An index bound within this of another one is dropped (``NARROW_LIMIT`` leaves room for it)."""
+
+
 def index_bounds(exprs: list[Expr], b: Bounds) -> tuple[Expr, ...]:
-    """The magnitudes of ``exprs``, without literals below the largest literal and without
-    expressions provably below another one."""
+    """The magnitudes of ``exprs``, without those provably at most ``BOUND_SLACK`` above another
+    one (``N`` beside ``24*N - 1``: the host evaluates fewer bounds per call)."""
     mags: list[Expr] = []
     for e in dict.fromkeys(magnitude(x, b) for x in exprs):
-        if any(nonneg(m - e) for m in mags):
+        if any(nonneg(m - e + BOUND_SLACK) for m in mags):
             continue
-        mags = [m for m in mags if not nonneg(e - m)] + [e]
+        mags = [m for m in mags if not nonneg(e - m + BOUND_SLACK)] + [e]
     return tuple(mags)
 
 

@@ -11,8 +11,9 @@ import torch
 BLOCK = 256
 MAX_GRID = 1 << 16
 NARROW_LIMIT = (1 << 31) - (1 << 25)
-"""Largest index bound served by the 32-bit entry point: every index intermediate, and ``t`` plus
-the grid-stride step (at most ``MAX_GRID * BLOCK``), stays below 2**31."""
+"""Largest index bound served by the 32-bit entry point: every index intermediate (at most
+``kgen.infer.BOUND_SLACK`` above the bound), and ``t`` plus the grid-stride step (at most
+``MAX_GRID * BLOCK``), stays below 2**31."""
 
 
 class CpuLauncher:

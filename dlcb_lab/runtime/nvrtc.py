@@ -133,11 +133,11 @@ def _nvrtc_compile(source: str, options: tuple[str, ...]) -> bytes:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog))
-            buf = b" " * size
+            buf = bytes(size)   # a fresh object: `b" " * 1` is the interned constant b" "
             _check(nvrtc.nvrtcGetProgramLog(prog, buf))
             raise CudaCompileError(buf.rstrip(b"\x00").decode(errors="replace"), source, options)
         (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog))
-        cubin = b" " * size
+        cubin = bytes(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin))
         return cubin
     finally:

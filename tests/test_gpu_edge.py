@@ -1,0 +1,125 @@
+"""The edge cases of ``test_edge_cases`` on the ``cuda`` backend (both reduction variants), and the
+fused intermediate past 2**31 elements that the 32-bit entry point would get wrong. Skipped without
+CUDA."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+import dlcb_lab as dl
+from dlcb_lab.runtime import launchers
+
+from harness import Spy
+from test_edge_cases import INT_PAIRS, Fn, Fn2, _ints, run
+from test_structure import HOSTILE, Overflow, Worked
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+@pytest.fixture(params=[0, 1], ids=["thread", "block"])
+def variant(request, monkeypatch):
+    """Force the thread-per-output (0) or block-per-output (1) reduction kernels."""
+    real = launchers.CudaLauncher.choose
+    monkeypatch.setattr(launchers.CudaLauncher, "choose",
+                        lambda self, n, e: min(request.param, real(self, n, 10**6)))
+    return request.param
+
+
+def test_fused_intermediate_past_int32():
+    """(x + y).reshape(-1, 65536).sum(1) reads a never-materialized 2.1e9-element intermediate:
+    the sum kernel must take the 64-bit entry point although every buffer fits in int32."""
+    x = torch.randn(43692, 1, dtype=torch.float64, device=DEV)
+    y = torch.randn(1, 49152, dtype=torch.float64, device=DEV)
+    m = Overflow()
+    cm = dl.compile(m, (x[:4], torch.randn(1, 65536, dtype=torch.float64, device=DEV)),
+                    {0: {0: "N"}, 1: {1: "M"}}, backend="cuda")
+    thunk, narrow = cm.pipeline.thunks[0], []
+
+    class Record:   # the thunk's launchers, recording the index width each launch takes
+        def __init__(self, f):
+            self.f, self.choose = f, f.choose
+
+        def __call__(self, *a):
+            narrow.append(a[-1])
+            return self.f(*a)
+
+    thunk.launchers = [Record(f) for f in thunk.launchers]
+    got = cm(x, y)
+    want = m(x, y)
+    torch.cuda.synchronize()
+    assert narrow == [False, True], narrow   # sum: 64-bit; x * 2: 32-bit
+    torch.testing.assert_close(got[0], want[0], rtol=1e-9, atol=1e-6)
+    torch.testing.assert_close(got[1], want[1])
+    del want
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("dx,dy", INT_PAIRS, ids=[f"{a}-{b}".replace("torch.", "")
+                                                   for a, b in INT_PAIRS])
+def test_integer_dtypes_cuda(dx, dy, variant):
+    g = torch.Generator().manual_seed(1)
+    lo = 0 if torch.uint8 in (dx, dy) else -9
+    mk = lambda n: (torch.randint(lo, 9, (n, 5), generator=g, dtype=dx),   # noqa: E731
+                    torch.randint(lo, 9, (n, 5), generator=g, dtype=dy))
+    run(Fn2(_ints), mk(3), {0: {0: "N"}, 1: {0: "N"}}, [mk(1), mk(700)], device=DEV)
+
+
+def test_bool_reductions_cuda(variant):
+    m = Fn(lambda x: (x.sum(0), x.amax(0), x.sum(), x.to(torch.int8).amax(1), ~x))
+    mk = lambda n: (torch.rand(n, 300) > 0.5,)   # noqa: E731
+    run(m, mk(3), {0: {0: "N"}}, [mk(1), mk(2000)], device=DEV)
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (torch.exp, (1, 0, 3)), (lambda x: x + 1, (2, 0)), (lambda x: x.sum(1), (3, 0)),
+    (lambda x: x.mean(1), (3, 0)), (lambda x: x.sum(0), (3, 0)),
+], ids=["exp", "add", "sum-empty-axis", "mean-empty-axis", "sum-to-empty"])
+def test_zero_size_static_cuda(fn, shape, variant):
+    run(Fn(fn), (torch.randn(*shape),), device=DEV)
+
+
+def test_zero_size_at_run_time_cuda(monkeypatch):
+    m = Fn(lambda x: (torch.relu(x) * 2, x.sum(0), x.mean(0), x.amax(1)))
+    cm = run(m, (torch.randn(3, 4),), {0: {0: "N"}}, [(torch.randn(5, 4),)], device=DEV)
+    spy = Spy(cm, monkeypatch)
+    got = cm(torch.randn(0, 4, device=DEV))
+    assert [tuple(t.shape) for t in got] == [(0, 4), (4,), (4,), (0,)]
+    torch.testing.assert_close(got[1], torch.zeros(4, device=DEV))
+    assert got[2].isnan().all() and spy.launches == 2
+    cm = dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 4, device=DEV),), {0: {1: "K"}},
+                    backend="cuda")
+    with pytest.raises(dl.ShapeMismatch, match=r"amax 'amax' at .*empty range.*K = input 0"):
+        cm(torch.randn(3, 0, device=DEV))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.sum(x, dim=()), lambda x: torch.amax(x, dim=[]), lambda x: x.mean(()),
+], ids=["sum()", "amax[]", "mean()"])
+def test_empty_dim_list_cuda(fn, variant):
+    run(Fn(fn), (torch.randn(2, 3),), {0: {0: "N"}}, [(torch.randn(900, 3),)], device=DEV)
+
+
+def test_zero_dim_cuda():
+    run(Fn(lambda x: (x.sum(0), x.transpose(0, 0) * 2, x.amax(-1))), (torch.tensor(1.5),),
+        device=DEV)
+
+
+def test_hostile_names_cuda():
+    for name in HOSTILE:
+        cm = dl.compile(Worked(), (torch.randn(2, 4, 6, device=DEV),
+                                   torch.randn(1, 4, 1, device=DEV)), {0: {0: name}},
+                        backend="cuda")
+        x, y = torch.randn(5, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)
+        torch.testing.assert_close(cm(x, y), Worked()(x, y), rtol=1e-5, atol=1e-5)
+
+
+def test_pickle_cuda():
+    cm = dl.compile(Worked(), (torch.randn(2, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)),
+                    {0: {0: "N"}}, backend="cuda")
+    cm2 = pickle.loads(pickle.dumps(cm))
+    x, y = torch.randn(9, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)
+    torch.testing.assert_close(cm2(x, y), cm(x, y))
