@@ -159,7 +159,7 @@ class _Builder:
             self.coord_defs[cv] = e
             out_coords.append((cv.name, e))
             coords.append(cv)
-        loops: list[tuple[str, Expr]] = []
+        loops: list[tuple[Var, Expr]] = []
         node = self.root.producer
         extent = None
         out_t = dtype_of(self.root.dtype)
@@ -180,7 +180,8 @@ class _Builder:
         else:
             res = self.value(self.root, coords)
         self.outer.stmts.append(Store(res))
-        cmap = CoordMap(self.root.name, tuple(out_coords), tuple(loops), tuple(self.loads))
+        cmap = CoordMap(self.root.name, tuple(out_coords), tuple((v.name, e) for v, e in loops),
+                        tuple(self.loads))
         params = tuple((n, e) for e, n in self.params.items())
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
@@ -190,21 +191,21 @@ class _Builder:
         if self.cooperative:   # one flat loop split across the block: l_k from _lf
             self.bounds[FLAT_LOOP.name] = extent
             self.loop_names.add(FLAT_LOOP.name)
-            loops.append((FLAT_LOOP.name, extent))
+            loops.append((FLAT_LOOP, extent))
             lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, exts)]
         else:
             lvars = [loop_var(i) for i in range(len(exts))]
             for lv, ext in zip(lvars, exts):
                 self.bounds[lv.name] = ext
                 self.loop_names.add(lv.name)
-                loops.append((lv.name, ext))
+                loops.append((lv, ext))
         self.inner = _Scope([])
         (in_coords,) = node.op.reverse(self.g, node, coords, loops=lvars)
         val = self.value(node.inputs[0], in_coords)
         self.inner.stmts.append(Accumulate(acc, red, val, acc_t))
         body: tuple = tuple(self.inner.stmts)
-        for name, ext in reversed(loops):
-            body = (Loop(code_name(var(name, 2)), self.index(ext), body, self.cooperative),)
+        for lv, ext in reversed(loops):
+            body = (Loop(code_name(lv), self.index(ext), body, self.cooperative),)
         self.inner = None
         self.outer.stmts.extend(body)
 
