@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .bridge.fx import lower_to_ir, trace
-from .dims import Constraint, Constraints, DimKind, Expr, Lit, SolverTrace, Var
+from .dims import Constraints, DimKind, Expr, Lit, SolverTrace
 from .errors import ShapeError, ShapeMismatch, SpecError
 from .hostgen.lower import LaunchPlan, dim_origins, lower
 from .hostgen.program import HostProgram
@@ -192,18 +192,6 @@ def _dim_table(g: Graph) -> DimTable:
     return DimTable(tuple(rows))
 
 
-def _fixing_constraints(g: Graph, v: Var) -> list[Constraint]:
-    """The bindings that made ``v`` a literal: its own and those of the variables they used."""
-    out: list[Constraint] = []
-    stack = [v]
-    while stack:
-        src = g.solver.binding_source.get(stack.pop())
-        if src is not None and src not in out:
-            out.append(src)
-            stack += [w for w in g.solver.subst if w.name in src.lhs.free_vars | src.rhs.free_vars]
-    return out
-
-
 def check_generalization(g: Graph, strict: bool = True) -> None:
     """A dim declared dynamic that the graph fixes to a literal is an error (``strict``) or a
     warning naming the dim and the constraints that fixed it."""
@@ -212,7 +200,7 @@ def check_generalization(g: Graph, strict: bool = True) -> None:
         if not isinstance(e, Lit):
             continue
         why = "; ".join(f"#{c.id} {c.lhs!r} == {c.rhs!r} from {c.provenance}"
-                        for c in _fixing_constraints(g, v))
+                        for c in g.solver.bindings_behind(v))
         msg = (f"dim {v.name} ({origin}) is declared dynamic but the program fixes it to "
                f"{e.value}: {why}")
         if strict:

@@ -240,9 +240,14 @@ def _additive(op: str) -> Callable:
     def lowering(cx, input, other, *, alpha=1, out=None):
         _no(out=(out, None))
         input, other = _operand(input), _operand(other)
-        if alpha != 1:   # input + alpha * other
-            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        if alpha != 1:   # input + alpha * other (alpha=False on bools: input)
+            if not isinstance(alpha, (bool, int, float)):
                 raise UnsupportedOp(f"alpha={alpha!r} is not a Python number")
+            if isinstance(alpha, bool) and not all(
+                    isinstance(x, bool) or isinstance(x, Value) and x.dtype is torch.bool
+                    for x in (input, other)):
+                raise DTypeError(f"alpha={alpha!r} is a bool but the operands are not "
+                                 f"(torch rejects it)")
             if isinstance(alpha, float) and not any(
                     isinstance(x, float) or isinstance(x, Value) and x.dtype.is_floating_point
                     for x in (input, other)):
@@ -274,27 +279,40 @@ def _l_where(cx, condition, input, other, *, out=None):
     return cx.apply("where", _tensor(condition, "condition"), _operand(input), _operand(other))
 
 
-def _l_to(cx, input, *args, **kwargs):
-    """``x.to(dtype)``, ``x.to(other)``, ``x.to(dtype=...)``; device moves are unsupported."""
-    kwargs.pop("non_blocking", None)
-    kwargs.pop("copy", None)
+def _row_major(memory_format: Any) -> None:
+    """Outputs are row-major: ``preserve_format`` and ``contiguous_format`` give the same values
+    and strides as eager for the contiguous tensors the thunk works on; others are refused."""
+    if memory_format not in (torch.preserve_format, torch.contiguous_format):
+        raise UnsupportedOp(f"memory_format={memory_format} unsupported (outputs are row-major)")
+
+
+def _l_to(cx, input, *args, non_blocking=False, copy=False,
+          memory_format=torch.preserve_format, **kwargs):
+    """``x.to(dtype)``, ``x.to(other)``, ``x.to(dtype=...)`` with torch's trailing
+    ``non_blocking, copy`` flags; device moves are unsupported. ``copy=True`` gives a new value
+    even for the same dtype (so an in-place op on it does not reach ``x``)."""
+    _row_major(memory_format)
     dtype = kwargs.pop("dtype", None)
-    for a in args:
-        if isinstance(a, torch.dtype):
+    head, flags = list(args), []   # (dtype | other, [non_blocking, [copy]])
+    while head and isinstance(head[-1], bool):
+        flags.insert(0, head.pop())
+    copy = flags[1] if len(flags) > 1 else copy
+    for a in head:
+        if isinstance(a, torch.dtype) and dtype is None:
             dtype = a
-        elif isinstance(a, Value):
+        elif isinstance(a, Value) and dtype is None:
             dtype = a.dtype
-        elif not isinstance(a, bool):
+        else:
             raise UnsupportedOp(f"to({a!r}): only dtype conversions are supported")
     if kwargs or dtype is None:
-        raise UnsupportedOp(f"to({', '.join(map(repr, args))}, {kwargs}): only dtype conversions "
-                            f"are supported")
-    return cx.cast(_tensor(input), dtype)
+        raise UnsupportedOp(f"to({_show(args, kwargs)}): only dtype conversions are supported")
+    x = _tensor(input)
+    return cx.apply("to", x, dtype=dtype) if copy else cx.cast(x, dtype)
 
 
 def _cast_method(dtype: torch.dtype) -> Callable:
     def lowering(cx, input, memory_format=torch.preserve_format):
-        _no(memory_format=(memory_format, torch.preserve_format))
+        _row_major(memory_format)
         return cx.cast(_tensor(input), dtype)
     return lowering
 
@@ -410,7 +428,7 @@ _FUNCTIONS: dict[Any, tuple[str, bool]] = {
     operator.eq: ("eq", False), operator.ne: ("ne", False), operator.lt: ("lt", False),
     operator.le: ("le", False), operator.gt: ("gt", False), operator.ge: ("ge", False),
     operator.iadd: ("add", True), operator.isub: ("sub", True), operator.imul: ("mul", True),
-    operator.itruediv: ("div", True), operator.invert: ("bitwise_not", False),
+    operator.itruediv: ("div", True), torch.true_divide: ("div", False), operator.invert: ("bitwise_not", False),
     operator.and_: ("bitwise_and", False), operator.or_: ("bitwise_or", False),
     torch.bitwise_not: ("bitwise_not", False), torch.bitwise_and: ("bitwise_and", False),
     torch.bitwise_or: ("bitwise_or", False),
@@ -426,7 +444,7 @@ _METHODS: dict[str, tuple[str, bool]] = {
                                "sum", "mean", "amax", "size", "dim", "numel")},
     "reshape": ("reshape_method", False), "permute": ("permute_method", False),
     "bitwise_not": ("bitwise_not", False), "bitwise_and": ("bitwise_and", False),
-    "bitwise_or": ("bitwise_or", False),
+    "bitwise_or": ("bitwise_or", False), "true_divide": ("div", False),
 }
 """fx ``call_method`` name -> (lowering name, in place)."""
 

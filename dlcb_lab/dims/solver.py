@@ -396,23 +396,33 @@ class Solver(_Resolves):
             self._used[c.id] = used
         return c
 
-    def _colliding(self, c: Constraint, extra: Iterable[Var] = ()) -> tuple[Constraint, ...]:
-        """User-added sources of the bindings substituted into ``c`` or its ancestors (and of
-        ``extra``), transitively; ``c``'s own origin excluded."""
+    def bindings_behind(self, v: Var) -> tuple[Constraint, ...]:
+        """The constraints (user-added or derived) whose bindings determine ``v``'s value: its own
+        and, transitively, those of the solved variables substituted into it; in binding order."""
+        return self._sources(self._dep_closure((v,)))
+
+    def _dep_closure(self, vs: Iterable[Var]) -> set[Var]:
         seen: set[Var] = set()
-        stack = [*self._used.get(c.id, ()), *extra]
+        stack = list(vs)
         while stack:
             v = stack.pop()
             if v not in seen:
                 seen.add(v)
-                stack.extend(self._deps[v])
+                stack.extend(self._deps.get(v, ()))
+        return seen
+
+    def _sources(self, vs: set[Var]) -> tuple[Constraint, ...]:
+        return tuple(src for v, src in self.binding_source.items() if v in vs)
+
+    def _colliding(self, c: Constraint, extra: Iterable[Var] = ()) -> tuple[Constraint, ...]:
+        """User-added sources of the bindings substituted into ``c`` or its ancestors (and of
+        ``extra``), transitively; ``c``'s own origin excluded."""
         root = self.origin(c)
         out: dict[int, Constraint] = {}
-        for v, src in self.binding_source.items():
-            if v in seen:
-                r = self.origin(src)
-                if r is not root:
-                    out.setdefault(r.id, r)
+        for src in self._sources(self._dep_closure((*self._used.get(c.id, ()), *extra))):
+            r = self.origin(src)
+            if r is not root:
+                out.setdefault(r.id, r)
         return tuple(out.values())
 
     def _contradiction(self, c: Constraint, why: str, extra: Iterable[Var] = ()) -> Contradiction:

@@ -72,7 +72,7 @@ class Graph:
         try:
             dtype_of(dtype)
         except DLError as err:
-            raise err.locate("input", name, f"input '{name}'") from None
+            raise err.locate("input", name, "") from None
         v = Value(len(self.inputs) + len(self.nodes), name, shape(dims), dtype)
         self.inputs.append(v)
         return v

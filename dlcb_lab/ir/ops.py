@@ -3,12 +3,13 @@ coordinate transform (``reverse``: output coordinates -> each tensor input's coo
 kgen), (3) its reference semantics (``reference``: a torch call, also the source of its dtype rule:
 it is run on one-element tensors) and, for elementwise ops, (4) its scalar code in CUDA C++ and Python
 (``cuda``/``py``: format strings over operand spellings ``{0}, {1}, ...`` and ``{z}``, zero in the
-compute dtype). Every function here is a named module-level function, so graphs pickle.
+compute dtype). An ``OpDef`` pickles by name, so graphs pickle.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -306,19 +307,15 @@ REDUCTIONS = {"sum": Reduction(Combine.SUM), "mean": Reduction(Combine.SUM, mean
               "amax": Reduction(Combine.MAX)}
 
 
-def _reduce_ref(fn: Callable) -> Callable:
-    def reference(x: torch.Tensor, dims: Sequence[int], keepdim: bool) -> torch.Tensor:
-        if not dims:   # IR: reduce over no axis (torch's dim=() would mean every axis)
-            return fn(x.unsqueeze(0), dim=0)
-        return fn(x, dim=tuple(dims), keepdim=keepdim)
-
-    reference.__name__ = reference.__qualname__ = f"_ref_{fn.__name__}"
-    globals()[reference.__name__] = reference   # picklable by name
-    return reference
+def _ref_reduce(fn: Callable, x: torch.Tensor, dims: Sequence[int], keepdim: bool) -> torch.Tensor:
+    if not dims:   # IR: reduce over no axis (torch's dim=() would mean every axis)
+        return fn(x.unsqueeze(0), dim=0)
+    return fn(x, dim=tuple(dims), keepdim=keepdim)
 
 
 for _name, _fn in (("sum", torch.sum), ("mean", torch.mean), ("amax", torch.amax)):
-    _register(OpDef(_name, OpKind.REDUCE, _infer_reduce, _reverse_reduce, _reduce_ref(_fn)))
+    _register(OpDef(_name, OpKind.REDUCE, _infer_reduce, _reverse_reduce,
+                    functools.partial(_ref_reduce, _fn)))
 
 
 def reduced_extents(g: "Graph", node: "Node") -> list[Expr]:

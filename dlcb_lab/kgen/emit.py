@@ -53,7 +53,8 @@ def _header(k: KernelBody, comment: str) -> list[str]:
 
 
 class _Printer:
-    """Walks a statement list; one ``stmt`` overload per statement class."""
+    """Walks a statement list. ``stmt`` has one overload per statement class, shared by both
+    languages; a language supplies ``let`` (a declaration) and the spellings that differ."""
 
     indent = "  "
     loop_tail = ""
@@ -72,21 +73,62 @@ class _Printer:
                 out.append(ind + self.stmt(s))
         return out
 
-    def sum_expr(self, s: IdxSum) -> str:
+    @singledispatchmethod
+    def stmt(self, s) -> str:  # pragma: no cover
+        raise TypeError(f"no spelling for {type(s).__name__}")
+
+    @stmt.register
+    def _(self, s: IdxSum) -> str:
         out = " + ".join(n if c == 1 else f"({c}) * {n}" if c < 0 else f"{c} * {n}"
                          for c, n in s.terms)
-        return f"{out} - {-s.const}" if s.const < 0 else f"{out} + {s.const}" if s.const else out
+        out = f"{out} - {-s.const}" if s.const < 0 else f"{out} + {s.const}" if s.const else out
+        return self.let(None, s.name, out, repr(s.expr))
+
+    @stmt.register
+    def _(self, s: IdxProd) -> str:
+        return self.let(None, s.name, " * ".join(s.factors), repr(s.expr))
+
+    @stmt.register
+    def _(self, s: IdxDivMod) -> str:
+        return self.let(None, s.name, self.divmod(s), repr(s.expr))
+
+    @stmt.register
+    def _(self, s: Load) -> str:
+        return self.let(s.dtype, s.name, f"in{s.buf}[{s.index}]")
+
+    @stmt.register
+    def _(self, s: Compute) -> str:
+        args = [self.operand(a, s.compute) for a in s.args]
+        code = self.template(s.op).format(*args, z=self.literal(s.compute, 0))
+        return self.let(s.dtype, s.name, self.result(s, code))
+
+    @stmt.register
+    def _(self, s: AccInit) -> str:
+        return self.let(s.acc, s.name, _init(s.red, s.acc, self.literal), const=False)
+
+    @stmt.register
+    def _(self, s: Accumulate) -> str:
+        if s.red.combine is Combine.SUM:
+            return self.add_to(s.name, s.value)
+        return self.assign(s.name, f"{self.max_fn}({s.name}, {self.cast(s.acc, s.value)})")
+
+    @stmt.register
+    def _(self, s: BlockReduce) -> str:
+        return self.block_reduce(s)
+
+    @stmt.register
+    def _(self, s: Finish) -> str:
+        return self.let(s.dtype, s.name, self.finish(s))
+
+    @stmt.register
+    def _(self, s: Store) -> str:
+        return self.store(s.value)
 
     def operand(self, a: Ref | Imm, c: DType) -> str:
         """``a`` converted to the compute dtype ``c``."""
         if isinstance(a, Imm):
             return self.literal(c, a.value)
         return a.name if a.dtype == c else self.cast(c, a.name)
-
-    def compute(self, s: Compute) -> str:
-        """The op's scalar code over operands converted to the compute dtype."""
-        args = [self.operand(a, s.compute) for a in s.args]
-        return self.template(s.op).format(*args, z=self.literal(s.compute, 0))
 
 
 # --- CUDA C++ ---------------------------------------------------------------------------------------
@@ -155,6 +197,7 @@ def _init(red: Reduction, acc: DType, literal) -> str:
 
 class _Cuda(_Printer):
     loop_tail = "}"
+    max_fn = "dlcb_max"
 
     def literal(self, t: DType, v) -> str:
         return t.cuda_literal(v)
@@ -165,61 +208,39 @@ class _Cuda(_Printer):
     def template(self, op: str) -> str:
         return OPS[op].cuda
 
-    @singledispatchmethod
-    def stmt(self, s) -> str:  # pragma: no cover
-        raise TypeError(f"no CUDA spelling for {type(s).__name__}")
+    def let(self, t: DType | None, name: str, value: str, comment: str = "",
+            const: bool = True) -> str:
+        """A declaration; ``t`` None is the index type ``I``."""
+        ty = "I" if t is None else t.ctype
+        line = f"{'const ' if const else ''}{ty} {name} = {value};"
+        return f"{line}  // {comment}" if comment else line
 
-    @stmt.register
-    def _(self, s: IdxSum) -> str:
-        return f"const I {s.name} = {self.sum_expr(s)};  // {s.expr!r}"
+    def assign(self, name: str, value: str) -> str:
+        return f"{name} = {value};"
 
-    @stmt.register
-    def _(self, s: IdxProd) -> str:
-        return f"const I {s.name} = {' * '.join(s.factors)};  // {s.expr!r}"
+    def add_to(self, name: str, value: str) -> str:
+        return f"{name} += {value};"
 
-    @stmt.register
-    def _(self, s: IdxDivMod) -> str:
+    def divmod(self, s: IdxDivMod) -> str:
         if s.floor:  # C truncates; floor semantics only matter when num may be negative
-            fn = "dlcb_fdiv" if s.op is DivMod.FLOORDIV else "dlcb_fmod"
-            code = f"{fn}({s.num}, {s.den})"
-        else:
-            code = f"{s.num} {'/' if s.op is DivMod.FLOORDIV else '%'} {s.den}"
-        return f"const I {s.name} = {code};  // {s.expr!r}"
+            return f"{'dlcb_fdiv' if s.op is DivMod.FLOORDIV else 'dlcb_fmod'}({s.num}, {s.den})"
+        return f"{s.num} {'/' if s.op is DivMod.FLOORDIV else '%'} {s.den}"
 
-    @stmt.register
-    def _(self, s: Load) -> str:
-        return f"const {s.dtype.ctype} {s.name} = in{s.buf}[{s.index}];"
+    def result(self, s: Compute, code: str) -> str:
+        return code if s.dtype == s.compute else self.cast(s.dtype, code)
 
-    @stmt.register
-    def _(self, s: Compute) -> str:
-        code = self.compute(s)
-        return f"const {s.dtype.ctype} {s.name} = {code if s.dtype == s.compute else self.cast(s.dtype, code)};"
+    def finish(self, s: Finish) -> str:
+        val = f"{s.acc} / (double){s.count}" if s.red.mean else s.acc
+        return f"({s.dtype.ctype})({val})"
 
-    @stmt.register
-    def _(self, s: AccInit) -> str:
-        return f"{s.acc.ctype} {s.name} = {_init(s.red, s.acc, self.literal)};"
-
-    @stmt.register
-    def _(self, s: Accumulate) -> str:
-        if s.red.combine is Combine.SUM:
-            return f"{s.name} += {s.value};"
-        return f"{s.name} = dlcb_max({s.name}, {self.cast(s.acc, s.value)});"
-
-    @stmt.register
-    def _(self, s: BlockReduce) -> str:
+    def block_reduce(self, s: BlockReduce) -> str:
         ty = s.acc.ctype
         fn = "dlcb_sum_op()" if s.red.combine is Combine.SUM else "dlcb_max_op()"
         init = _init(s.red, s.acc, self.literal)
         return f"{s.name} = dlcb_block_reduce<{ty}>({s.name}, ({ty}){init}, {fn});"
 
-    @stmt.register
-    def _(self, s: Finish) -> str:
-        val = f"{s.acc} / (double){s.count}" if s.red.mean else s.acc
-        return f"const {s.dtype.ctype} {s.name} = ({s.dtype.ctype})({val});"
-
-    @stmt.register
-    def _(self, s: Store) -> str:
-        return f"{'if (threadIdx.x == 0) ' if self.k.cooperative else ''}out[t] = {s.value};"
+    def store(self, value: str) -> str:
+        return f"{'if (threadIdx.x == 0) ' if self.k.cooperative else ''}out[t] = {value};"
 
     def loop_head(self, s: Loop) -> str:
         if s.cooperative:
@@ -300,6 +321,7 @@ def _div(a, b):
 
 class _Numba(_Printer):
     indent = "    "
+    max_fn = "_max"
 
     def literal(self, t: DType, v) -> str:
         return t.py_literal(v)
@@ -310,48 +332,31 @@ class _Numba(_Printer):
     def template(self, op: str) -> str:
         return OPS[op].py
 
-    @singledispatchmethod
-    def stmt(self, s) -> str:  # pragma: no cover
-        raise TypeError(f"no numba spelling for {type(s).__name__}")
+    def let(self, t: DType | None, name: str, value: str, comment: str = "",
+            const: bool = True) -> str:
+        line = f"{name} = {value}"
+        return f"{line}  # {comment}" if comment else line
 
-    @stmt.register
-    def _(self, s: IdxSum) -> str:
-        return f"{s.name} = {self.sum_expr(s)}  # {s.expr!r}"
+    def assign(self, name: str, value: str) -> str:
+        return f"{name} = {value}"
 
-    @stmt.register
-    def _(self, s: IdxProd) -> str:
-        return f"{s.name} = {' * '.join(s.factors)}  # {s.expr!r}"
+    def add_to(self, name: str, value: str) -> str:
+        return f"{name} = {name} + {value}"
 
-    @stmt.register
-    def _(self, s: IdxDivMod) -> str:   # Python's // and % are floor semantics
-        return f"{s.name} = {s.num} {s.op.value} {s.den}  # {s.expr!r}"
+    def divmod(self, s: IdxDivMod) -> str:   # Python's // and % are floor semantics
+        return f"{s.num} {s.op.value} {s.den}"
 
-    @stmt.register
-    def _(self, s: Load) -> str:
-        return f"{s.name} = in{s.buf}[{s.index}]"
+    def result(self, s: Compute, code: str) -> str:   # numba widens small ints; math.* -> double
+        return self.cast(s.dtype, code)
 
-    @stmt.register
-    def _(self, s: Compute) -> str:   # numba widens small ints and math.* returns double: cast
-        return f"{s.name} = {self.cast(s.dtype, self.compute(s))}"
+    def finish(self, s: Finish) -> str:
+        return self.cast(s.dtype, f"{s.acc} / {s.count}" if s.red.mean else s.acc)
 
-    @stmt.register
-    def _(self, s: AccInit) -> str:
-        return f"{s.name} = {_init(s.red, s.acc, self.literal)}"
+    def block_reduce(self, s: BlockReduce) -> str:  # pragma: no cover
+        raise TypeError("numba kernels have no cooperative variant")
 
-    @stmt.register
-    def _(self, s: Accumulate) -> str:
-        if s.red.combine is Combine.SUM:
-            return f"{s.name} = {s.name} + {s.value}"
-        return f"{s.name} = _max({self.cast(s.acc, s.value)}, {s.name})"
-
-    @stmt.register
-    def _(self, s: Finish) -> str:
-        val = f"{s.acc} / {s.count}" if s.red.mean else s.acc
-        return f"{s.name} = {self.cast(s.dtype, val)}"
-
-    @stmt.register
-    def _(self, s: Store) -> str:
-        return f"out[t] = {s.value}"
+    def store(self, value: str) -> str:
+        return f"out[t] = {value}"
 
     def loop_head(self, s: Loop) -> str:
         return f"for {s.var} in range({s.extent}):"

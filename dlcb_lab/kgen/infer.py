@@ -123,7 +123,7 @@ class _Builder:
             # in terms of _t: identity layouts collapse (24*(_t // 24) + _t % 24 -> _t)
             idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
             iname = self.index(idx)
-            self.index_exprs.append(idx)
+            self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
             self.loads.append((v.name, tuple(coords)))
             name = self.tmp("x")
             stmt = Load(name, dtype_of(v.dtype), buf, iname)
