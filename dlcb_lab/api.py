@@ -19,6 +19,7 @@ from .ir.graph import Graph
 from .kgen.emit import CUDA_PRELUDE, cuda_kernel, numba_kernel
 from .kgen.infer import infer_kernels, materialized_values
 from .kgen.kir import CoordMap, KernelBody
+from .passes import Partition, PassRecord, run_passes
 from .runtime.build import build_kernels
 from .runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
 
@@ -111,6 +112,12 @@ class Pipeline:
     launch_plan: LaunchPlan
     thunks: tuple[Thunk, ...]
     timings: Mapping[str, float] = field(default_factory=dict)
+    passes: tuple[PassRecord, ...] = ()
+
+    @property
+    def partition(self) -> Partition:
+        """The per-step table: library calls and generated kernels, the ops each computes."""
+        return self.graph.partition
 
     def __repr__(self) -> str:
         t = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
@@ -118,7 +125,7 @@ class Pipeline:
                 f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual, "
                 f"dims {self.dims.counts()}, {len(self.kernels)} kernels, "
                 f"{len(self.host_program.instrs)} host instructions, thunks "
-                f"{[th.kind for th in self.thunks]}\n  timings: {t}")
+                f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}")
 
 
 class CompiledModule:
@@ -230,6 +237,9 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     check_generalization(g, strict)
     t["capture+solve"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    g, records = run_passes(g)
+    t["passes"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     bodies = infer_kernels(g, cooperative=backend == "cuda")
     t["kgen"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -246,7 +256,7 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
                     for d in v.shape.items)
     sol = g.solver.solution()
     pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g),
-                    tuple(Kernel(b, backend) for b in bodies), host, plan, (), t)
+                    tuple(Kernel(b, backend) for b in bodies), host, plan, (), t, records)
     t0 = time.perf_counter()
     thunk, builds = _make_thunk(pipe, backend, shapes if is_static else None)
     t["build"] = time.perf_counter() - t0

@@ -78,26 +78,26 @@ def test_reshape_two_holes():
         compile_cpu(M(), (torch.randn(4, 5),))
 
 
-class Softmax(torch.nn.Module):
+class CumSum(torch.nn.Module):
     def forward(self, x):
-        return torch.softmax(x, -1)
+        return torch.cumsum(x, -1)
 
 
-class MatMul(torch.nn.Module):
+class Sort(torch.nn.Module):
     def forward(self, x):
-        return torch.matmul(x, x)
+        return torch.sort(x, -1)[0]
 
 
-class Linear(torch.nn.Module):
+class PReLU(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.lin = torch.nn.Linear(3, 3)
+        self.act = torch.nn.PReLU()
 
     def forward(self, x):
-        return self.lin(x)
+        return self.act(x)
 
 
-@pytest.mark.parametrize("mod,node", [(Softmax, "softmax"), (MatMul, "matmul"), (Linear, "lin")])
+@pytest.mark.parametrize("mod,node", [(CumSum, "cumsum"), (Sort, "sort"), (PReLU, "act")])
 def test_unsupported_op_names_node(mod, node):
     with pytest.raises(dl.UnsupportedOp) as ei:
         compile_cpu(mod(), (torch.randn(3, 3),), {0: {0: "N"}})
@@ -253,23 +253,25 @@ def test_static_thunk_rejects_before_launch(monkeypatch):
 
 def test_torchvision_errors_point_at_torchvision_source():
     """A model from torchvision: the error names torchvision's line, not dlcb_lab's."""
-    torchvision = pytest.importorskip("torchvision")
+    pytest.importorskip("torchvision")
+    from torchvision.models.video import r3d_18
+
     with pytest.raises(dl.UnsupportedOp) as ei:
-        compile_cpu(torchvision.models.resnet18().eval(), (torch.randn(1, 3, 32, 32),))
+        compile_cpu(r3d_18().eval(), (torch.randn(1, 3, 4, 32, 32),))
     msg = str(ei.value)
-    assert "resnet.py:" in msg and "self.conv1(x)" in msg, msg
+    assert "resnet.py:" in msg and "self.stem(x)" in msg and "self.conv1(x)" in msg, msg
     assert "api.py" not in msg and "fx.py" not in msg, msg
-    assert "torch.nn.modules.conv.Conv2d" in msg and "'layer1.0.conv1'" in msg, msg
+    assert "torch.nn.modules.conv.Conv3d" in msg and "'stem.0'" in msg, msg
 
 
 class Many(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = torch.nn.Conv2d(3, 3, 1)
-        self.lin = torch.nn.Linear(4, 4)
+        self.conv = torch.nn.Conv3d(3, 3, 1)
+        self.lin = torch.nn.PReLU()
 
     def forward(self, x):
-        return torch.softmax(self.lin(self.conv(x)), -1).relu()
+        return torch.cumsum(self.lin(self.conv(x)), -1).relu()
 
 
 def test_unsupported_lists_every_node():
@@ -277,9 +279,9 @@ def test_unsupported_lists_every_node():
         compile_cpu(Many(), (torch.randn(1, 3, 4, 4),))
     msg = str(ei.value)
     assert msg.startswith("3 fx nodes not supported"), msg
-    for part in ("'conv': call_module 'conv' (torch.nn.modules.conv.Conv2d)",
-                 "'lin': call_module 'lin' (torch.nn.modules.linear.Linear)",
-                 "'softmax': call_function torch.", "self.lin(self.conv(x))"):
+    for part in ("'conv': call_module 'conv' (torch.nn.modules.conv.Conv3d)",
+                 "'lin': call_module 'lin' (torch.nn.modules.activation.PReLU)",
+                 "'cumsum': call_function torch.", "self.lin(self.conv(x))"):
         assert part in msg, (part, msg)
     assert msg.count("test_errors.py:") == 3, msg
 

@@ -28,10 +28,13 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..dims import Expr, Lit, lit, prod, var
+from ..dims import Expr, lit, prod, var
 from ..errors import DLError, DTypeError, ShapeError, SpecError, UnsupportedOp
 from ..ir.graph import Graph, Value
 from ..ir.ops import OPS, OpKind
+from . import nn as nn_lowerings
+from .proxy import run_opaque
+from .common import Cx, DimPredicate, axes_arg, operand, refuse, shape_arg, tensor_arg, wrap_axis
 
 DynamicSpec = Mapping[int | str, Mapping[int, str]]
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -123,123 +126,39 @@ def input_dims(example: torch.Tensor, spec: Mapping[int, str]) -> list[Expr]:
     return [var(spec[k], 1) if k in spec else lit(int(n)) for k, n in enumerate(example.shape)]
 
 
-# --- lowering context and helpers ----------------------------------------------------------------
-
-class _Cx:
-    """What a lowering sees: the graph and the fx node's name and source line."""
-
-    def __init__(self, g: Graph, name: str, where: str):
-        self.g, self.name, self.where = g, name, where
-        self.n = 0
-
-    def apply(self, op: str, *inputs: Any, **attrs: Any) -> Value:
-        """Append IR op ``op``; the first op of a lowering carries the fx node's name, further
-        ones ``<name>_2``, ``<name>_3``..."""
-        self.n += 1
-        return self.g.apply(op, *inputs, name=f"{self.name}" if self.n == 1 else
-                            f"{self.name}_{self.n}", where=self.where, **attrs)
-
-    def cast(self, x: Value, dtype: torch.dtype) -> Value:
-        return x if x.dtype == dtype else self.apply("to", x, dtype=dtype)
-
-
-def wrap_axis(a: Any, rank: int, what: str = "dim") -> int:
-    """torch's axis wrapping: ``-rank <= a < rank`` (a 0-d tensor admits -1 and 0)."""
-    r = max(rank, 1)
-    if isinstance(a, Lit):
-        a = a.value
-    if isinstance(a, bool) or not isinstance(a, int):
-        raise ShapeError(f"{what} {a!r} is not an integer")
-    if not -r <= a < r:
-        raise ShapeError(f"{what} {a} out of range for a rank-{rank} tensor (expected in "
-                         f"[{-r}, {r - 1}])")
-    return a % r
-
-
-def _axes(dims: Any, rank: int) -> tuple[int, ...]:
-    """Reduction axes: None or an empty list mean every axis; duplicates are an error."""
-    if dims is None:
-        return tuple(range(rank))
-    if not isinstance(dims, (tuple, list)):
-        dims = (dims,)
-    if not dims:
-        return tuple(range(rank))
-    out = [wrap_axis(d, rank) for d in dims]
-    for a in out:
-        if out.count(a) > 1:
-            raise ShapeError(f"dim {a} appears multiple times in the list of dims {list(dims)}")
-    return tuple(sorted(out)) if rank else ()
-
-
-def _tensor(x: Any, what: str = "input") -> Value:
-    if not isinstance(x, Value):
-        raise UnsupportedOp(f"{what} {x!r} is not a tensor")
-    return x
-
-
-def _operand(x: Any) -> Value | bool | int | float:
-    """A tensor operand or a Python number; a literal dimension is a number, a symbolic one is not
-    supported as a tensor value."""
-    if isinstance(x, Lit):
-        return x.value
-    if isinstance(x, Expr):
-        raise UnsupportedOp(f"dimension {x!r} used as a tensor value (only literal sizes can be)")
-    if isinstance(x, (Value, bool, int, float)):
-        return x
-    raise UnsupportedOp(f"operand {x!r} is neither a tensor nor a Python number")
-
-
-def _no(**kw: Any) -> None:
-    """Refuse arguments the lowering does not support (value differs from the default)."""
-    for k, (v, default) in kw.items():
-        if v is not default and v != default:
-            raise UnsupportedOp(f"{k}={v!r} unsupported")
-
-
-def _shape_arg(shape: tuple, kwargs: dict, key: str) -> tuple:
-    """``view(2, 3)``, ``view((2, 3))`` and ``view(size=(2, 3))`` alike."""
-    if key in kwargs and not shape:
-        shape = (kwargs.pop(key),)
-    if kwargs:
-        raise UnsupportedOp(f"unexpected arguments {kwargs}")
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        return tuple(shape[0])
-    return tuple(shape)
-
-
 # --- lowerings (torch's signatures) ------------------------------------------------------------------
 
 def _l_identity(cx, input):
-    return _tensor(input)
+    return tensor_arg(input)
 
 
 def _l_contiguous(cx, input, memory_format=torch.contiguous_format):
-    _no(memory_format=(memory_format, torch.contiguous_format))
-    return _tensor(input)
+    refuse(memory_format=(memory_format, torch.contiguous_format))
+    return tensor_arg(input)
 
 
 def _unary(op: str) -> Callable:
     def lowering(cx, input, *, out=None):
-        _no(out=(out, None))
-        return cx.apply(op, _tensor(input))
+        refuse(out=(out, None))
+        return cx.apply(op, tensor_arg(input))
     return lowering
 
 
 def _l_relu(cx, input, inplace=False):
-    return cx.apply("relu", _tensor(input))
+    return cx.apply("relu", tensor_arg(input))
 
 
 def _binary(op: str) -> Callable:
     def lowering(cx, input, other, *, out=None):
-        _no(out=(out, None))
-        return cx.apply(op, _operand(input), _operand(other))
+        refuse(out=(out, None))
+        return cx.apply(op, operand(input), operand(other))
     return lowering
 
 
 def _additive(op: str) -> Callable:
     def lowering(cx, input, other, *, alpha=1, out=None):
-        _no(out=(out, None))
-        input, other = _operand(input), _operand(other)
+        refuse(out=(out, None))
+        input, other = operand(input), operand(other)
         if alpha != 1:   # input + alpha * other (alpha=False on bools: input)
             if not isinstance(alpha, (bool, int, float)):
                 raise UnsupportedOp(f"alpha={alpha!r} is not a Python number")
@@ -259,14 +178,14 @@ def _additive(op: str) -> Callable:
 
 
 def _l_div(cx, input, other, *, rounding_mode=None, out=None):
-    _no(rounding_mode=(rounding_mode, None), out=(out, None))
-    return cx.apply("div", _operand(input), _operand(other))
+    refuse(rounding_mode=(rounding_mode, None), out=(out, None))
+    return cx.apply("div", operand(input), operand(other))
 
 
 def _boolean(op: str) -> Callable:
     """``~``, ``&``, ``|``: logical on bool tensors; bitwise integer ops are unsupported."""
     def lowering(cx, input, *others):
-        xs = [_operand(a) for a in (input, *others)]
+        xs = [operand(a) for a in (input, *others)]
         if any(not (x.dtype is torch.bool if isinstance(x, Value) else isinstance(x, bool))
                for x in xs):
             raise UnsupportedOp("bitwise ops are supported on bool operands only")
@@ -275,8 +194,8 @@ def _boolean(op: str) -> Callable:
 
 
 def _l_where(cx, condition, input, other, *, out=None):
-    _no(out=(out, None))
-    return cx.apply("where", _tensor(condition, "condition"), _operand(input), _operand(other))
+    refuse(out=(out, None))
+    return cx.apply("where", tensor_arg(condition, "condition"), operand(input), operand(other))
 
 
 def _row_major(memory_format: Any) -> None:
@@ -306,37 +225,37 @@ def _l_to(cx, input, *args, non_blocking=False, copy=False,
             raise UnsupportedOp(f"to({a!r}): only dtype conversions are supported")
     if kwargs or dtype is None:
         raise UnsupportedOp(f"to({_show(args, kwargs)}): only dtype conversions are supported")
-    x = _tensor(input)
+    x = tensor_arg(input)
     return cx.apply("to", x, dtype=dtype) if copy else cx.cast(x, dtype)
 
 
 def _cast_method(dtype: torch.dtype) -> Callable:
     def lowering(cx, input, memory_format=torch.preserve_format):
         _row_major(memory_format)
-        return cx.cast(_tensor(input), dtype)
+        return cx.cast(tensor_arg(input), dtype)
     return lowering
 
 
 def _l_type_as(cx, input, other):
-    return cx.cast(_tensor(input), _tensor(other, "other").dtype)
+    return cx.cast(tensor_arg(input), tensor_arg(other, "other").dtype)
 
 
 def _l_reshape(cx, input, shape):
-    return cx.apply("reshape", _tensor(input), shape=tuple(shape))
+    return cx.apply("reshape", tensor_arg(input), shape=tuple(shape))
 
 
 def _l_view(cx, input, *shape, **kwargs):
     if len(shape) == 1 and isinstance(shape[0], torch.dtype) or "dtype" in kwargs:
         raise UnsupportedOp("view(dtype) (a bit cast) is unsupported")
-    return _l_reshape(cx, input, _shape_arg(shape, kwargs, "size"))
+    return _l_reshape(cx, input, shape_arg(shape, kwargs, "size"))
 
 
 def _l_reshape_method(cx, input, *shape, **kwargs):
-    return _l_reshape(cx, input, _shape_arg(shape, kwargs, "shape"))
+    return _l_reshape(cx, input, shape_arg(shape, kwargs, "shape"))
 
 
 def _l_flatten(cx, input, start_dim=0, end_dim=-1):
-    x = _tensor(input)
+    x = tensor_arg(input)
     s, e = wrap_axis(start_dim, x.rank, "start_dim"), wrap_axis(end_dim, x.rank, "end_dim")
     if s > e:
         raise ShapeError(f"start_dim {start_dim} comes after end_dim {end_dim}")
@@ -347,7 +266,7 @@ def _l_flatten(cx, input, start_dim=0, end_dim=-1):
 
 
 def _l_permute(cx, input, dims):
-    x = _tensor(input)
+    x = tensor_arg(input)
     dims = tuple(dims)
     if len(dims) != x.rank:
         raise ShapeError(f"permute needs {x.rank} axes, got {list(dims)}")
@@ -358,11 +277,11 @@ def _l_permute(cx, input, dims):
 
 
 def _l_permute_method(cx, input, *dims, **kwargs):
-    return _l_permute(cx, input, _shape_arg(dims, kwargs, "dims"))
+    return _l_permute(cx, input, shape_arg(dims, kwargs, "dims"))
 
 
 def _l_transpose(cx, input, dim0, dim1):
-    x = _tensor(input)
+    x = tensor_arg(input)
     a, b = wrap_axis(dim0, x.rank, "dim0"), wrap_axis(dim1, x.rank, "dim1")
     if x.rank == 0 or a == b:
         return x
@@ -373,30 +292,42 @@ def _l_transpose(cx, input, dim0, dim1):
 
 def _reduction(op: str, default_dim: Any) -> Callable:
     def lowering(cx, input, dim=default_dim, keepdim=False, *, dtype=None, out=None):
-        _no(out=(out, None))
-        x = _tensor(input)
+        refuse(out=(out, None))
+        x = tensor_arg(input)
         if dtype is not None:
             x = cx.cast(x, dtype)
-        return cx.apply(op, x, dims=_axes(dim, x.rank), keepdim=bool(keepdim))
+        return cx.apply(op, x, dims=axes_arg(dim, x.rank), keepdim=bool(keepdim))
     return lowering
 
 
 def _l_size(cx, input, dim=None):
-    dims = cx.g.dims(_tensor(input))
+    dims = cx.g.dims(tensor_arg(input))
     return dims if dim is None else dims[wrap_axis(dim, len(dims))]
 
 
 def _l_dim(cx, input):
-    return _tensor(input).rank
+    return tensor_arg(input).rank
 
 
 def _l_numel(cx, input):
-    return prod(cx.g.dims(_tensor(input)))
+    return prod(cx.g.dims(tensor_arg(input)))
+
+
+def _l_assert(cx, condition, message=""):
+    """``torch._assert`` on sizes: ``==`` becomes a constraint (it may pin a dim: its provenance
+    names this line), an inequality a host-checked requirement; a false literal is an error."""
+    if isinstance(condition, DimPredicate):
+        condition.impose(cx, f"torch._assert: {message}")
+    elif isinstance(condition, Value):
+        raise UnsupportedOp("torch._assert on a tensor value (data-dependent)")
+    elif not condition:
+        raise ShapeError(f"torch._assert fails: {message}")
 
 
 LOWERINGS: dict[str, Callable] = {
     "identity": _l_identity, "contiguous": _l_contiguous, "relu": _l_relu,
-    **{op: _unary(op) for op in ("neg", "abs", "exp", "sigmoid", "tanh", "logical_not")},
+    **{op: _unary(op) for op in ("neg", "abs", "exp", "sigmoid", "tanh", "logical_not", "log",
+                                 "sqrt", "rsqrt", "erf")},
     **{op: _binary(op) for op in ("mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
                                   "logical_and", "logical_or")},
     "add": _additive("add"), "sub": _additive("sub"), "div": _l_div, "where": _l_where,
@@ -412,11 +343,13 @@ LOWERINGS: dict[str, Callable] = {
     "transpose": _l_transpose,
     "sum": _reduction("sum", None), "mean": _reduction("mean", None),
     "amax": _reduction("amax", ()),
-    "size": _l_size, "dim": _l_dim, "numel": _l_numel,
+    "size": _l_size, "dim": _l_dim, "numel": _l_numel, "assert": _l_assert,
+    **nn_lowerings.LOWERINGS,
 }
 """Lowering name -> function with torch's signature (after the context argument)."""
 
-_ELEMENTWISE = [n for n, op in OPS.items() if op.kind is OpKind.ELEMENTWISE and n != "to"]
+_ELEMENTWISE = [n for n, op in OPS.items() if op.kind is OpKind.ELEMENTWISE and n != "to"
+                and n in LOWERINGS and hasattr(torch, n)]
 _FUNCTIONS: dict[Any, tuple[str, bool]] = {
     **{getattr(torch, n): (n, False) for n in _ELEMENTWISE},
     **{getattr(torch, n): (n, False) for n in ("reshape", "flatten", "permute", "transpose",
@@ -431,7 +364,8 @@ _FUNCTIONS: dict[Any, tuple[str, bool]] = {
     operator.itruediv: ("div", True), torch.true_divide: ("div", False), operator.invert: ("bitwise_not", False),
     operator.and_: ("bitwise_and", False), operator.or_: ("bitwise_or", False),
     torch.bitwise_not: ("bitwise_not", False), torch.bitwise_and: ("bitwise_and", False),
-    torch.bitwise_or: ("bitwise_or", False),
+    torch.bitwise_or: ("bitwise_or", False), torch._assert: ("assert", False),
+    **nn_lowerings.FUNCTIONS,
 }
 """fx ``call_function`` target -> (lowering name, in place)."""
 
@@ -445,17 +379,21 @@ _METHODS: dict[str, tuple[str, bool]] = {
     "reshape": ("reshape_method", False), "permute": ("permute_method", False),
     "bitwise_not": ("bitwise_not", False), "bitwise_and": ("bitwise_and", False),
     "bitwise_or": ("bitwise_or", False), "true_divide": ("div", False),
+    **nn_lowerings.METHODS,
 }
 """fx ``call_method`` name -> (lowering name, in place)."""
 
 _MODULES: dict[type, tuple[str, tuple[str, ...]]] = {
     nn.ReLU: ("relu", ("inplace",)), nn.Sigmoid: ("sigmoid", ()), nn.Tanh: ("tanh", ()),
     nn.Flatten: ("flatten", ("start_dim", "end_dim")), nn.Identity: ("identity", ()),
+    **nn_lowerings.MODULE_ATTRS,
 }
 """leaf module type -> (lowering name, module attributes passed as keyword arguments)."""
 
 _SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
                operator.neg}
+_SIZE_CMP = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+             operator.gt: ">", operator.ge: ">="}
 
 
 # --- graph lowering --------------------------------------------------------------------------------
@@ -470,8 +408,22 @@ def _describe(n: fx.Node, gm: fx.GraphModule) -> str:
     return f"{n.op} {name}"
 
 
-def _lowering_of(n: fx.Node, gm: fx.GraphModule) -> tuple[str, bool, dict] | None:
-    """(lowering name, in place, extra kwargs) of ``n``, or None when unsupported."""
+def _lowering_of(n: fx.Node, gm: fx.GraphModule
+                 ) -> tuple[str, Callable, tuple, bool, dict] | None:
+    """(name, lowering, leading arguments after the context, in place, extra kwargs) of ``n``,
+    or None when unsupported."""
+    hit = _lowering_name(n, gm)
+    if hit is None:
+        if n.op == "call_module":
+            mod = gm.get_submodule(n.target)
+            fn = nn_lowerings.MODULES.get(type(mod))
+            return None if fn is None else (type(mod).__name__, fn, (mod,), False, {})
+        return None
+    name, inplace, kw = hit
+    return name, LOWERINGS[name], (), inplace, kw
+
+
+def _lowering_name(n: fx.Node, gm: fx.GraphModule) -> tuple[str, bool, dict] | None:
     if n.op == "call_function":
         hit = _FUNCTIONS.get(n.target)
         return None if hit is None else (*hit, {})
@@ -495,7 +447,8 @@ def unsupported_nodes(gm: fx.GraphModule) -> list[str]:
     for n in gm.graph.nodes:
         if n.op not in ("call_function", "call_method", "call_module"):
             continue
-        if n.op == "call_function" and n.target in (getattr, operator.getitem, *_SIZE_ARITH):
+        if n.op == "call_function" and n.target in (getattr, operator.getitem, *_SIZE_ARITH) or \
+                _opaque(n):
             continue
         if _lowering_of(n, gm) is None:
             out.append(f"  '{n.name}': {_describe(n, gm)} at {_where(n)}")
@@ -554,26 +507,51 @@ def _lower_node(g: Graph, gm: fx.GraphModule, n: fx.Node, env: dict) -> None:
     if n.op == "call_function" and n.target is getattr:
         env[n] = _getattr(g, *args)
         return
-    if n.op == "call_function" and n.target is operator.getitem:
-        if isinstance(args[0], Value):
-            raise UnsupportedOp("tensor indexing/slicing is not supported yet")
+    if n.op == "call_function" and n.target is operator.getitem and not isinstance(args[0], Value):
         env[n] = args[0][args[1]]
         return
-    if n.op == "call_function" and not any(isinstance(a, Value) for a in args) and \
-            n.target in _SIZE_ARITH:
-        env[n] = n.target(*args)   # size arithmetic on dimension expressions
+    if n.op == "call_function" and not any(isinstance(a, Value) for a in args):
+        if n.target in _SIZE_ARITH:
+            env[n] = n.target(*args)   # size arithmetic on dimension expressions
+            return
+        if n.target in _SIZE_CMP:
+            env[n] = DimPredicate.of(_SIZE_CMP[n.target], *args)
+            return
+    cx = Cx(g, n.name, _where(n))
+    if n.target is operator.getitem:
+        name, fn, lead, inplace, extra = "getitem", LOWERINGS["getitem"], (), False, {}
+    elif _opaque(n):
+        env[n] = run_opaque(cx, n.target, args, kwargs)
         return
-    name, inplace, extra = _lowering_of(n, gm)
-    fn = LOWERINGS[name]
-    try:
-        bound = inspect.signature(fn).bind(_Cx(g, n.name, _where(n)), *args, **kwargs, **extra)
-    except TypeError as err:
-        raise UnsupportedOp(f"arguments {_show(args, kwargs)} do not fit {name}"
-                            f"{_signature(fn)}: {err}") from None
-    out = fn(*bound.args, **bound.kwargs)
+    else:
+        name, fn, lead, inplace, extra = _lowering_of(n, gm)
+    out, bound = call_lowering(cx, name, fn, (*lead, *args), {**kwargs, **extra}, len(lead))
     if inplace or bound.arguments.get("inplace"):
         out = _functionalize(g, n, env, args[0], out)
     env[n] = out
+
+
+def call_lowering(cx: Cx, name: str, fn: Callable, args: tuple, kwargs: dict, lead: int = 0):
+    """``fn(cx, *args, **kwargs)`` with the arguments bound to its signature first (so a mismatch
+    is an ``UnsupportedOp`` naming the lowering); returns (result, bound arguments)."""
+    try:
+        bound = inspect.signature(fn).bind(cx, *args, **kwargs)
+    except TypeError as err:
+        raise UnsupportedOp(f"arguments {_show(args[lead:], kwargs)} do not fit "
+                            f"{name}{_signature(fn, lead)}: {err}") from None
+    return fn(*bound.args, **bound.kwargs), bound
+
+
+def lowering_for(func: Any, method: bool) -> tuple[str, Callable, bool] | None:
+    """(name, lowering, in place) of a torch function or tensor method name, or None."""
+    hit = _METHODS.get(func) if method else _FUNCTIONS.get(func)
+    return None if hit is None else (hit[0], LOWERINGS[hit[0]], hit[1])
+
+
+def _opaque(n: fx.Node) -> bool:
+    """A Python function fx kept as a leaf (``torch.fx.wrap``), run on tensor proxies."""
+    return n.op == "call_function" and inspect.isfunction(n.target) and \
+        n.target not in _FUNCTIONS and n.target.__module__.split(".")[0] != "torch"
 
 
 def _functionalize(g: Graph, n: fx.Node, env: dict, target: Any, out: Value) -> Value:
@@ -585,8 +563,8 @@ def _functionalize(g: Graph, n: fx.Node, env: dict, target: Any, out: Value) -> 
     if target.producer is None:
         raise UnsupportedOp(f"in-place op mutates graph input '{target.name}' (the caller's "
                             f"tensor); use the out-of-place form")
-    if target.producer.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE) or any(
-            target in m.inputs for m in g.nodes if m.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE)):
+    if target.producer.op.kind.is_transform or any(
+            target in m.inputs for m in g.nodes if m.op.kind.is_transform):
         raise UnsupportedOp(f"in-place op on '{target.name}', which shares storage with a view; "
                             f"use the out-of-place form")
     if out.dtype != target.dtype:
@@ -605,8 +583,8 @@ def _show(args: tuple, kwargs: dict) -> str:
                       *(f"{k}={v!r}" for k, v in kwargs.items())])
 
 
-def _signature(fn: Callable) -> str:
-    params = list(inspect.signature(fn).parameters.values())[1:]
+def _signature(fn: Callable, skip: int = 0) -> str:
+    params = list(inspect.signature(fn).parameters.values())[1 + skip:]
     return "(" + ", ".join(str(p) for p in params) + ")"
 
 

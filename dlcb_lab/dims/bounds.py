@@ -132,7 +132,7 @@ def _r_recombine(e, b):
     for m, c in e.terms:
         if isinstance(m, Mod):
             new = e - m * c - m.den * FloorDiv.make(m.num, m.den) * c + m.num * c
-            if _divmod_terms(new) < _divmod_terms(e):
+            if _divmod_terms(new, b) < _divmod_terms(e, b):
                 return new
     return None
 
@@ -147,7 +147,10 @@ BOUNDS_RULES: list[tuple[str, str, Callable[[Expr, Bounds], Expr | None]]] = [
 returns the rewritten node or None. ``recombine`` is exact; it undoes reshape round trips."""
 
 
-def _divmod_terms(e: Expr) -> int:
+def _divmod_terms(e: Expr, b: Bounds) -> int:
+    """Terms with a ``//`` or ``%`` factor over bounded variables (a runtime dim that is itself a
+    quotient, e.g. a pooled extent ``(H - 1) // 2 + 1``, does not count; with no bounds, every
+    quotient counts)."""
     terms = e.terms if isinstance(e, Sum) else ((e, 1),)
-    return sum(any(isinstance(f, (FloorDiv, Mod)) for f in (m.factors if isinstance(m, Prod)
-                                                           else (m,))) for m, _ in terms)
+    return sum(any(isinstance(f, (FloorDiv, Mod)) and (not b or f.free_vars & b.keys())
+                   for f in (m.factors if isinstance(m, Prod) else (m,))) for m, _ in terms)

@@ -1,22 +1,27 @@
 """Lower a solved graph and its kernels to a host program and a launch plan.
 
 The host program checks ranks, binds each named dim from the first input axis that carries it,
-checks every other input axis against its solved expression, checks the residual constraints and
-that every ``amax`` reduces a non-empty range, then computes the launch slots. Messages speak in
-user dims, each tied to the input axis it is read from."""
+checks every other input axis against its solved expression, checks the residual constraints, the
+requirements (a window within its padded axis, a slice within its axis) and that every ``amax``
+reduces a non-empty range, then computes the launch slots. Messages speak in user dims, each tied
+to the input axis it is read from. Constants (parameters) are supplied by the compiled module, so
+their shapes are not checked per call.
+
+The launch plan is the step list (generated kernel launches and library calls, in graph order)
+and the memory plan: each step names the buffers whose last use it is, freed after it."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence, Union
 
 import torch
 
 from ..dims import Constraint, Expr, Lit, Var, prod
-from ..errors import DLError
+from ..errors import DLError, ShapeError
 from ..ir.graph import Graph, Value
-from ..ir.ops import REDUCTIONS, Combine, OpKind, reduced_extents
+from ..ir.ops import OpDef, OpKind, reduced_extents
 from ..kgen.kir import KernelBody
 from .program import HostBuilder, HostProgram, escape
 
@@ -61,12 +66,66 @@ class KernelLaunch:
 
 
 @dataclass(frozen=True)
+class Reg:
+    """An attribute value the host program computes (a symbolic size): register ``r``."""
+
+    r: int
+
+
+@dataclass(frozen=True)
+class View:
+    """A coordinate transform applied to a library operand at call time (``op.reference`` with
+    ``attrs``; ``Reg`` entries are filled from the registers): a view, or a copy torch makes."""
+
+    op: OpDef
+    attrs: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """``op.reference(*operands, **attrs)`` into buffer ``out`` (a vendor library via ATen)."""
+
+    op: OpDef
+    operands: tuple[tuple[Operand, tuple[View, ...]], ...]
+    attrs: tuple[tuple[str, Any], ...]
+    out: int
+
+
+Step = Union[KernelLaunch, LibraryCall]
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
-    """Which registers hold what: buffer shapes, kernel launches, and the outputs."""
+    """Which registers hold what: buffer shapes, the steps, the buffers each step frees (after
+    their last use; outputs are never freed) and the outputs."""
 
     buffers: tuple[BufferPlan, ...]
-    kernels: tuple[KernelLaunch, ...]
+    steps: tuple[Step, ...]
+    frees: tuple[tuple[int, ...], ...]
     outputs: tuple[Operand, ...]
+
+    @property
+    def kernels(self) -> tuple[KernelLaunch, ...]:
+        return tuple(s for s in self.steps if isinstance(s, KernelLaunch))
+
+
+def fill(template: Any, r: Sequence[int]) -> Any:
+    """``template`` with every ``Reg`` replaced by its register's value."""
+    if isinstance(template, Reg):
+        return r[template.r]
+    if isinstance(template, (tuple, list)):
+        return type(template)(fill(t, r) for t in template)
+    return template
+
+
+def _attr_template(hb: "HostBuilder", value: Any) -> Any:
+    if isinstance(value, Lit):
+        return value.value
+    if isinstance(value, Expr):
+        return Reg(hb.expr(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_attr_template(hb, v) for v in value)
+    return value
 
 
 def dim_origins(g: Graph) -> dict[Var, str]:
@@ -106,13 +165,15 @@ def _residual_message(c: Constraint, lhs: Expr, rhs: Expr, origins: dict[Var, st
 
 def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
           ) -> tuple[HostProgram, LaunchPlan]:
-    """The host program and launch plan for ``kernels``, which fill ``buffers`` (every
-    materialized value; those of literal size 0 have no kernel)."""
+    """The host program and launch plan for ``kernels`` and the graph's library calls, which
+    fill ``buffers`` (every materialized value; those of literal size 0 have no kernel)."""
     hb = HostBuilder(len(g.inputs))
     origins = dim_origins(g)
+    consts = {v.id for v, _ in g.constants}
     resolved = [g.dims(v) for v in g.inputs]
     for i, v in enumerate(g.inputs):
-        hb.guard("rank", f"input {i} '{v.name}': rank {{got}} != {v.rank}", i, v.rank)
+        if v.id not in consts:
+            hb.guard("rank", f"input {i} '{v.name}': rank {{got}} != {v.rank}", i, v.rank)
     loaded: dict[tuple[int, int], int] = {}
     for i, dims in enumerate(resolved):           # bind named dims from bare axes
         for k, e in enumerate(dims):
@@ -121,6 +182,8 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
                 hb.bind(e, loaded[i, k])
     try:
         for i, dims in enumerate(resolved):           # check every other axis
+            if g.inputs[i].id in consts:
+                continue
             for k, e in enumerate(dims):
                 r = loaded.get((i, k))
                 if r is not None and hb.env.get(e) == r:
@@ -131,8 +194,16 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
         for c in g.solver.residuals:
             lhs, rhs = g.solver.resolve(c.lhs), g.solver.resolve(c.rhs)
             hb.guard("check", _residual_message(c, lhs, rhs, origins), hb.expr(lhs), hb.expr(rhs))
+        for e, prov in g.requirements:
+            e = g.solver.resolve(e)
+            if isinstance(e, Lit):
+                if e.value < 0:
+                    raise ShapeError(f"{prov}: needs {e!r} >= 0")
+                continue
+            hb.guard("nonneg", f"{escape(str(prov))}: needs {e!r} >= 0, got {{got}}"
+                     f"{describe((e,), origins)}", hb.expr(e))
         for n in g.nodes:
-            if n.op.kind is OpKind.REDUCE and REDUCTIONS[n.op.name].combine is Combine.MAX:
+            if n.op.name == "amax":
                 ext = reduced_extents(g, n)
                 e = prod(ext)
                 if isinstance(e, Lit) and e.value > 0:
@@ -152,17 +223,57 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
         return Operand(Src.INPUT, in_index[x.id]) if x.id in in_index else \
             Operand(Src.BUFFER, buf_index[x.id])
 
-    launches = []
-    for kb in kernels:
-        variants = tuple(VariantLaunch(tuple(operand(x) for x in v.inputs),
-                                       tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params))
-                         for v in kb.variants())
-        extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent",
-                                                               kb.reduce_extent)
-        bound = hb.maximum([b for v in kb.variants() for b in v.index_bounds])
-        hb.slots[f"{kb.name}.index_bound"] = bound
-        launches.append(KernelLaunch(buf_index[kb.out.id], hb.slot(f"{kb.name}.numel", kb.numel),
-                                     variants, extent, bound))
+    by_out = {kb.out.id: kb for kb in kernels}
+    steps: list[Step] = []
+    for v in buffers:
+        if v.producer is not None and v.producer.op.kind is OpKind.LIBRARY:
+            steps.append(_library_call(g, hb, v.producer, operand, buf_index[v.id]))
+        elif v.id in by_out:
+            steps.append(_kernel_launch(hb, by_out[v.id], operand, buf_index[v.id]))
     outputs = tuple(Operand(Src.BUFFER, buf_index[v.id]) for v in g.outputs)
-    return hb.build(), LaunchPlan(plan_bufs, tuple(launches), outputs)
+    return hb.build(), LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs),
+                                  outputs)
 
+
+def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int) -> KernelLaunch:
+    variants = tuple(VariantLaunch(tuple(operand(x) for x in v.inputs),
+                                   tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params))
+                     for v in kb.variants())
+    extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)
+    bound = hb.maximum([b for v in kb.variants() for b in v.index_bounds])
+    hb.slots[f"{kb.name}.index_bound"] = bound
+    return KernelLaunch(out, hb.slot(f"{kb.name}.numel", kb.numel), variants, extent, bound)
+
+
+def _library_call(g: Graph, hb: HostBuilder, node, operand, out: int) -> LibraryCall:
+    ops = []
+    for x in node.tensor_inputs():
+        base, chain = g.view_chain(x)
+        views = tuple(View(n.op, tuple((k, _attr_template(hb, a)) for k, a in n.attrs.items()))
+                      for n in chain)
+        ops.append((operand(base), views))
+    attrs = tuple((k, _attr_template(hb, a)) for k, a in node.attrs.items())
+    return LibraryCall(node.op, tuple(ops), attrs, out)
+
+
+def _reads(step: Step) -> list[Operand]:
+    if isinstance(step, LibraryCall):
+        return [o for o, _ in step.operands]
+    return [o for v in step.variants for o in v.operands]
+
+
+def _frees(steps: Sequence[Step], n_buffers: int, outputs: Sequence[Operand]
+           ) -> tuple[tuple[int, ...], ...]:
+    """For each step, the buffers whose last use (read, or write if never read) it is."""
+    last = {}
+    for i, st in enumerate(steps):
+        last[st.out] = max(last.get(st.out, i), i)
+        for o in _reads(st):
+            if o.src is Src.BUFFER:
+                last[o.index] = i
+    keep = {o.index for o in outputs if o.src is Src.BUFFER}
+    out: list[list[int]] = [[] for _ in steps]
+    for b, i in last.items():
+        if b not in keep:
+            out[i].append(b)
+    return tuple(tuple(sorted(f)) for f in out)

@@ -43,6 +43,7 @@ INSTRUCTIONS: dict[str, OpSpec] = {
     "mod": OpSpec("{A} % {B}", "{B} <= 0", _DIVISOR),         # r[d] = r[a] % r[b], r[b] > 0
     "check": OpSpec("", "{A} != {B}", "M[{d}].format(got={A}, want={B})"),   # r[a] == r[b]
     "positive": OpSpec("", "{A} <= 0", "M[{d}].format(got={A})"),            # r[a] > 0
+    "nonneg": OpSpec("", "{A} < 0", "M[{d}].format(got={A})"),               # r[a] >= 0
     "rank": OpSpec("", "len(shapes[{a}]) != {b}",                            # rank of arg a == b
                    "M[{d}].format(got=len(shapes[{a}]))"),
 }

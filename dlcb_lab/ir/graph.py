@@ -10,10 +10,10 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from ..dims import Expr, Provenance, Shape, Solver, Var, shape, var
+from ..dims import Expr, Lit, Provenance, Shape, Solver, Var, as_expr, shape, var
 from ..errors import DLError, ShapeError
 from .dtypes import dtype_of
-from .ops import OPS, OpDef, infer_dtypes, is_scalar
+from .ops import OPS, OpDef, OpKind, infer_dtypes, is_scalar
 
 
 @dataclass(eq=False)
@@ -65,7 +65,12 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
     constants: list[tuple[Value, torch.Tensor]] = field(default_factory=list)
+    requirements: list[tuple[Expr, Provenance]] = field(default_factory=list)
+    materialize: set[int] = field(default_factory=set)
+    layouts: dict[str, Any] = field(default_factory=dict)   # set by passes.assign_layouts
+    partition: Any = None                                   # set by passes.partition
     n_fresh: int = 0
+    n_values: int = 0
 
     # -- construction ---------------------------------------------------------------------------
     def input(self, name: str, dims: Iterable[Expr | int], dtype: torch.dtype) -> Value:
@@ -73,16 +78,23 @@ class Graph:
             dtype_of(dtype)
         except DLError as err:
             raise err.locate("input", name, "") from None
-        v = Value(len(self.inputs) + len(self.nodes), name, shape(dims), dtype)
+        v = Value(self._new_id(), name, shape(dims), dtype)
         self.inputs.append(v)
         return v
 
     def constant(self, name: str, t: torch.Tensor) -> Value:
         """A module parameter or buffer: an input of static shape, supplied by the compiled module
-        (it follows the user's inputs in ``inputs``)."""
+        (it follows the user's inputs in ``inputs``). One tensor is one constant."""
+        for v, c in self.constants:
+            if c is t:
+                return v
         v = self.input(name, [int(d) for d in t.shape], t.dtype)
         self.constants.append((v, t))
         return v
+
+    def _new_id(self) -> int:
+        self.n_values += 1
+        return self.n_values - 1
 
     def fresh_var(self, hint: str = "d") -> Var:
         """A new internal (rank-0) dimension variable, e.g. a reshape's ``-1``."""
@@ -96,12 +108,25 @@ class Graph:
             prov = Provenance(node, "", detail, where)
         return self.solver.add(lhs, rhs, prov)
 
+    def require(self, e: Expr | int, node: Node | str, detail: str, where: str = "") -> None:
+        """``e >= 0`` for every admitted shape (a slice within its axis, a window within its
+        padded extent). A literal is checked now (``ShapeError``); otherwise the host program
+        checks it before any launch."""
+        e = self.solver.resolve(as_expr(e))
+        if isinstance(e, Lit):
+            if e.value < 0:
+                raise ShapeError(f"{detail}: fails ({e.value} < 0)")
+            return
+        prov = Provenance(node.op.name, node.out.name, detail, node.where) if isinstance(
+            node, Node) else Provenance(node, "", detail, where)
+        self.requirements.append((e, prov))
+
     def apply(self, opname: str, *inputs: Any, name: str | None = None, where: str = "",
               **attrs: Any) -> Value:
         """Append ``opname(*inputs, **attrs)``; its constraints are solved immediately. Errors
         name the op, ``name`` and ``where``."""
         op = OPS[opname]
-        vid = len(self.inputs) + len(self.nodes)
+        vid = self._new_id()
         name = name or f"v{vid}"
         try:
             if not any(isinstance(x, Value) for x in inputs):
@@ -127,6 +152,30 @@ class Graph:
     def dims(self, v: Value) -> tuple[Expr, ...]:
         """``v``'s shape under the current solution."""
         return tuple(self.solver.resolve(d) for d in v.shape.items)
+
+    def materialized(self) -> list[Value]:
+        """Values that get a buffer, in graph order: graph outputs, reduction and library results,
+        the base values library operands are views of (the host applies the view ops), and the
+        values a pass chose to materialize (``materialize``). Everything else is inlined into the
+        kernels that read it."""
+        keep = {v.id for v in self.outputs} | self.materialize
+        for n in self.nodes:
+            if n.op.kind.materialized:
+                keep.add(n.out.id)
+            if n.op.kind is OpKind.LIBRARY:
+                keep.update(self.view_chain(x)[0].id for x in n.tensor_inputs())
+        out_ids = {o.id for o in self.outputs}
+        return [n.out for n in self.nodes if n.out.id in keep] + \
+            [v for v in self.inputs if v.id in out_ids]
+
+    def view_chain(self, v: Value) -> tuple[Value, list[Node]]:
+        """``v`` as (base, coordinate transforms applied to the base in order): the base is the
+        first value up the producer chain that is not a pure coordinate transform."""
+        chain: list[Node] = []
+        while v.producer is not None and v.producer.op.kind.is_transform:
+            chain.append(v.producer)
+            v = v.producer.inputs[0]
+        return v, chain[::-1]
 
     def __repr__(self) -> str:
         lines = [f"graph({', '.join(f'%{v.name}: {list(self.dims(v))}' for v in self.inputs)}):"]

@@ -5,21 +5,29 @@ cooperative (block-per-output) reduction kernel splits the reduced range over th
 and combines with warp shuffles. Named dims and host-computed residual dims are ``long long``
 parameters; literals stay literals, so NVRTC strength-reduces their ``/`` and ``%``. Each kernel
 has a 64-bit and a 32-bit index-arithmetic entry point (see ``cuda_kernel``).
-``cpu``: a numba ``@njit(parallel=True)`` function, one ``prange`` iteration per CUDA thread,
-compiled eagerly for an explicit signature.
+``cpu``: a numba ``@njit`` function, one ``prange`` iteration per CUDA thread, compiled eagerly
+for an explicit signature. ``parallel=True`` (``DLCB_NUMBA_PARALLEL=1``) runs the iterations on
+all cores but costs about 6x the compile time (some 2 s per kernel), so it is off by default.
 
 Kernel parameter order (both backends): ``out, in0, in1, ..., numel, <int params>...``.
 """
 
 from __future__ import annotations
 
+import os
 from functools import singledispatchmethod
 from typing import Sequence
 
+import torch
+
 from ..ir.dtypes import DType, dtype_of
+
+BOOL = dtype_of(torch.bool)
 from ..ir.ops import OPS, Combine, Reduction
 from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxDivMod, IdxProd,
-                  IdxSum, Imm, KernelBody, Load, Loop, Ref, Store)
+                  IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select, Store)
+
+NUMBA_PARALLEL = os.environ.get("DLCB_NUMBA_PARALLEL", "0") == "1"
 
 NARROW = "_i32"
 """Suffix of a kernel's 32-bit-index entry point (valid while every index bound fits in int32)."""
@@ -93,8 +101,24 @@ class _Printer:
         return self.let(None, s.name, self.divmod(s), repr(s.expr))
 
     @stmt.register
+    def _(self, s: Pred) -> str:
+        terms = ([s.parent] if s.parent else []) + [f"{lo} <= {e}" for e, lo in s.lower] + \
+            [f"{e} < {hi}" for e, hi in s.upper]
+        return self.let(BOOL, s.name, f" {self.and_} ".join(terms))
+
+    @stmt.register
     def _(self, s: Load) -> str:
-        return self.let(s.dtype, s.name, f"in{s.buf}[{s.index}]")
+        load = f"in{s.buf}[{s.index}]"
+        if s.pred:
+            load = self.ternary(s.pred, load, self.literal(s.dtype, 0))
+        return self.let(s.dtype, s.name, load)
+
+    @stmt.register
+    def _(self, s: Select) -> str:
+        out = self.operand(s.default, s.dtype)
+        for p, ref in reversed(s.alts):
+            out = self.ternary(p, self.operand(ref, s.dtype), out)
+        return self.let(s.dtype, s.name, out)
 
     @stmt.register
     def _(self, s: Compute) -> str:
@@ -109,8 +133,10 @@ class _Printer:
     @stmt.register
     def _(self, s: Accumulate) -> str:
         if s.red.combine is Combine.SUM:
-            return self.add_to(s.name, s.value)
-        return self.assign(s.name, f"{self.max_fn}({s.name}, {self.cast(s.acc, s.value)})")
+            line = self.add_to(s.name, s.value)
+        else:
+            line = self.assign(s.name, f"{self.max_fn}({s.name}, {self.cast(s.acc, s.value)})")
+        return self.when(s.pred, line) if s.pred else line
 
     @stmt.register
     def _(self, s: BlockReduce) -> str:
@@ -162,6 +188,28 @@ __device__ __forceinline__ float dlcb_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double dlcb_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float dlcb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double dlcb_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float dlcb_log(float x) { return logf(x); }
+__device__ __forceinline__ double dlcb_log(double x) { return log(x); }
+__device__ __forceinline__ float dlcb_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double dlcb_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float dlcb_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double dlcb_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float dlcb_erf(float x) { return erff(x); }
+__device__ __forceinline__ double dlcb_erf(double x) { return erf(x); }
+__device__ __forceinline__ float dlcb_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double dlcb_silu(double x) { return x / (1.0 + exp(-x)); }
+template <typename T> __device__ __forceinline__ T dlcb_gelu(T x) {
+  return T(0.5) * x * (T(1) + dlcb_erf(x * T(0.7071067811865476)));
+}
+template <typename T> __device__ __forceinline__ T dlcb_gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + dlcb_tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
+}
+template <typename T> __device__ __forceinline__ T dlcb_hardsigmoid(T x) {
+  return dlcb_min(dlcb_max(x + T(3), T(0)), T(6)) / T(6);
+}
+template <typename T> __device__ __forceinline__ T dlcb_hardswish(T x) {
+  return x * dlcb_min(dlcb_max(x + T(3), T(0)), T(6)) / T(6);
+}
 struct dlcb_sum_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
@@ -198,6 +246,13 @@ def _init(red: Reduction, acc: DType, literal) -> str:
 class _Cuda(_Printer):
     loop_tail = "}"
     max_fn = "dlcb_max"
+    and_ = "&&"
+
+    def ternary(self, cond: str, a: str, b: str) -> str:
+        return f"({cond} ? {a} : {b})"
+
+    def when(self, cond: str, line: str) -> str:
+        return f"if ({cond}) {line}"
 
     def literal(self, t: DType, v) -> str:
         return t.cuda_literal(v)
@@ -316,12 +371,59 @@ def _sigmoid(x):
 @njit(inline="always")
 def _div(a, b):
     return a / b
+
+
+@njit(inline="always")
+def _log(x):
+    return np.log(x)
+
+
+@njit(inline="always")
+def _sqrt(x):
+    return np.sqrt(x)
+
+
+@njit(inline="always")
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+@njit(inline="always")
+def _silu(x):
+    return x / (1.0 + math.exp(-x))
+
+
+@njit(inline="always")
+def _gelu(x):
+    return 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+
+
+@njit(inline="always")
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+@njit(inline="always")
+def _hardsigmoid(x):
+    return min(max(x + 3.0, 0.0), 6.0) / 6.0
+
+
+@njit(inline="always")
+def _hardswish(x):
+    return x * min(max(x + 3.0, 0.0), 6.0) / 6.0
 '''
 
 
 class _Numba(_Printer):
     indent = "    "
     max_fn = "_max"
+    and_ = "and"
+
+    def ternary(self, cond: str, a: str, b: str) -> str:
+        return f"({a} if {cond} else {b})"
+
+    def when(self, cond: str, line: str) -> str:
+        return f"if {cond}: {line}"
 
     def literal(self, t: DType, v) -> str:
         return t.py_literal(v)
@@ -369,7 +471,8 @@ def numba_signature(k: KernelBody) -> str:
 
 def numba_kernel(k: KernelBody) -> str:
     lines = _header(k, "#") + [
-        f'@njit("{numba_signature(k)}", parallel=True, cache=True, error_model="numpy")',
+        f'@njit("{numba_signature(k)}", parallel={NUMBA_PARALLEL}, cache=True, '
+        f'error_model="numpy")',
         f"def {k.name}({', '.join(param_names(k))}):",
         "    for t in prange(numel):",
     ]

@@ -14,12 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
-from ..dims.bounds import Bounds, lower, nonneg
-from ..ir.dtypes import dtype_of
+from ..dims.bounds import Bounds, lower, nonneg, upper
+from ..ir.dtypes import I64, dtype_of
 from ..ir.graph import Graph, Value
-from ..ir.ops import REDUCTIONS, OpKind, delinearize, linear_index, reduced_extents
+from ..ir.ops import REDUCTIONS, Combine, Guard, Guarded, OpKind, Reduction, delinearize, \
+    linear_index
 from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxDivMod,
-                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Ref, Store, acc_dtype, code_name)
+                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select, Store,
+                  acc_dtype, code_name)
 
 THREAD = var("_t", 2)
 FLAT_LOOP = var("_lf", 2)
@@ -47,6 +49,7 @@ class _Builder:
         self.dims = g.dims(root)
         self.bounds: dict[str, Expr] = {}
         self.coord_defs: dict[Var, Expr] = {}   # output coordinate _c_k -> its value in terms of _t
+        self.coord_names: set[str] = set()
         self.params: dict[Expr, str] = {}
         self.inputs: dict[int, int] = {}        # value id -> buffer position
         self.in_values: list[Value] = []
@@ -56,6 +59,8 @@ class _Builder:
         self.n = 0
         self.outer = _Scope([])
         self.inner: _Scope | None = None
+        self.pred = ""                            # the guard in force ("" for none)
+        self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
 
     def tmp(self, p: str) -> str:
         self.n += 1
@@ -80,7 +85,10 @@ class _Builder:
         return name
 
     def index(self, e: Expr) -> str:
-        """Name (or literal / param spelling) holding ``e``; each node is emitted once per scope."""
+        """Name (or literal / param spelling) holding ``e``; each node is emitted once per scope.
+        Output coordinates are spelled through the thread index (they have no statements)."""
+        if e.free_vars & self.coord_names:
+            e = simplify_bounded(e.subs(self.coord_defs), self.bounds)
         if isinstance(e, Lit):
             return str(e.value) if e.value >= 0 else f"({e.value})"
         if isinstance(e, Var):
@@ -107,14 +115,54 @@ class _Builder:
         scope.memo[e] = name
         return name
 
+    # -- guards ------------------------------------------------------------------------------------
+    def guard(self, guards: tuple[Guard, ...]) -> str:
+        """A predicate: the guard in force and ``guards``, without terms the coordinate bounds
+        prove; the name of the guard in force when nothing is left."""
+        lo_terms, hi_terms, free = [], [], set(self.pred_vars[self.pred])
+        for gd in guards:
+            e = simplify_bounded(gd.expr, self.bounds)
+            lo, hi = lower(e, self.bounds), upper(e, self.bounds)
+            if not (lo is not None and nonneg(lo - gd.lo)):
+                lo_terms.append((self.index(e), self.index(gd.lo)))
+                free |= e.free_vars | gd.lo.free_vars
+            if not (hi is not None and nonneg(gd.hi - 1 - hi)):
+                hi_terms.append((self.index(e), self.index(gd.hi)))
+                free |= e.free_vars | gd.hi.free_vars
+        if not lo_terms and not hi_terms:
+            return self.pred
+        key = ("pred", self.pred, tuple(lo_terms), tuple(hi_terms))
+        hit = self.lookup(key)
+        if hit is not None:
+            return hit
+        name = self.tmp("m")
+        scope = self.scope_for(frozenset(free))
+        scope.stmts.append(Pred(name, self.pred, tuple(lo_terms), tuple(hi_terms)))
+        scope.memo[key] = name
+        self.pred_vars[name] = frozenset(free)
+        return name
+
+    def guarded(self, v: Value, where: list[Expr] | Guarded) -> tuple[str, str]:
+        """(predicate, value) of ``v`` at coordinates that may carry guards: loads under the
+        predicate read nothing where it fails."""
+        if not isinstance(where, Guarded):
+            return self.pred, self.value(v, where)
+        saved = self.pred
+        self.pred = self.guard(where.guards)
+        try:
+            return self.pred, self.value(v, where.coords)
+        finally:
+            self.pred = saved
+
     # -- values ------------------------------------------------------------------------------------
     def value(self, v: Value, coords: list[Expr]) -> str:
         coords = [simplify_bounded(c, self.bounds) for c in coords]
-        key = (v.id, tuple(coords))
+        key = (v.id, tuple(coords), self.pred)
         hit = self.lookup(key)
         if hit is not None:
             return hit
         free = frozenset().union(*(c.free_vars for c in coords)) if coords else frozenset()
+        free |= self.pred_vars[self.pred]
         if v.producer is None or (v.id in self.mat and v is not self.root):
             buf = self.inputs.setdefault(v.id, len(self.inputs))
             if buf == len(self.in_values):
@@ -126,17 +174,32 @@ class _Builder:
             self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
             self.loads.append((v.name, tuple(coords)))
             name = self.tmp("x")
-            stmt = Load(name, dtype_of(v.dtype), buf, iname)
+            stmt = Load(name, dtype_of(v.dtype), buf, iname, self.pred)
         else:
             node = v.producer
             ins = node.op.reverse(self.g, node, coords)
-            if node.op.kind in (OpKind.RESHAPE, OpKind.PERMUTE):   # pure coordinate transforms
+            if node.op.kind.is_transform:   # pure coordinate transforms
                 return self.value(node.inputs[0], ins[0])
-            args = tuple(Imm(x) if c is None else Ref(self.value(x, c), dtype_of(x.dtype))
-                         for x, c in zip(node.inputs, ins))
-            name = self.tmp("v")
-            stmt = Compute(name, node.op.name, args, dtype_of(v.dtype),
-                           dtype_of(node.compute_dtype))
+            t = dtype_of(v.dtype)
+            if node.op.kind is OpKind.SELECT:
+                refs: list[tuple[str, Ref]] = []
+                default: Ref | Imm | None = None
+                for x, c in zip(node.inputs, ins):
+                    p, val = self.guarded(x, c)
+                    if p == self.pred:   # the guard always holds here: later inputs are dead
+                        default = Ref(val, dtype_of(x.dtype))
+                        break
+                    refs.append((p, Ref(val, dtype_of(x.dtype))))
+                if default is None:
+                    default = Imm(node.attrs["value"]) if "value" in node.attrs else \
+                        refs.pop()[1]
+                name = self.tmp("v")
+                stmt = Select(name, t, tuple(refs), default)
+            else:
+                args = tuple(Imm(x) if c is None else Ref(self.value(x, c), dtype_of(x.dtype))
+                             for x, c in zip(node.inputs, ins))
+                name = self.tmp("v")
+                stmt = Compute(name, node.op.name, args, t, dtype_of(node.compute_dtype))
         scope = self.scope_for(free)
         scope.stmts.append(stmt)
         scope.memo[key] = name
@@ -157,6 +220,7 @@ class _Builder:
             cv = coord_var(k)
             self.bounds[cv.name] = self.dims[k]
             self.coord_defs[cv] = e
+            self.coord_names.add(cv.name)
             out_coords.append((cv.name, e))
             coords.append(cv)
         loops: list[tuple[Var, Expr]] = []
@@ -166,15 +230,20 @@ class _Builder:
         if node is not None and node.op.kind is OpKind.REDUCE:
             red = REDUCTIONS[node.op.name]
             acc_t = acc_dtype(red, out_t)
-            exts = reduced_extents(self.g, node)
-            extent = prod(exts)
+            win = node.op.window(self.g, node, coords)
+            extent = prod(win.extents)
             acc = self.tmp("acc")
             self.outer.stmts.append(AccInit(acc, red, acc_t))
+            counter = self.tmp("cnt") if red.mean and win.count is None else ""
+            if counter:
+                self.outer.stmts.append(AccInit(counter, _COUNT, I64))
             if not extent.is_lit(0):   # an empty extent leaves the identity (mean: 0/0 = NaN)
-                self.reduce_loops(node, coords, exts, extent, loops, acc, red, acc_t)
+                self.reduce_loops(node, coords, win, extent, loops, acc, red, acc_t, counter)
             if self.cooperative:
                 self.outer.stmts.append(BlockReduce(acc, red, acc_t))
-            count = self.index(extent) if red.mean else ""
+                if counter:
+                    self.outer.stmts.append(BlockReduce(counter, _COUNT, I64))
+            count = (counter or self.index(win.count)) if red.mean else ""
             res = self.tmp("v")
             self.outer.stmts.append(Finish(res, red, acc, count, out_t))
         else:
@@ -185,29 +254,35 @@ class _Builder:
         params = tuple((n, e) for e, n in self.params.items())
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
-                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, extent)
+                          tuple(self.outer.stmts), cmap, bounds, self.cooperative,
+                          None if extent is None else prod(win.bounds))
 
-    def reduce_loops(self, node, coords, exts, extent, loops, acc, red, acc_t) -> None:
+    def reduce_loops(self, node, coords, win, extent, loops, acc, red, acc_t, counter) -> None:
         if self.cooperative:   # one flat loop split across the block: l_k from _lf
-            self.bounds[FLAT_LOOP.name] = extent
+            self.bounds[FLAT_LOOP.name] = prod(win.bounds)
             self.loop_names.add(FLAT_LOOP.name)
             loops.append((FLAT_LOOP, extent))
-            lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, exts)]
+            lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, win.extents)]
         else:
-            lvars = [loop_var(i) for i in range(len(exts))]
-            for lv, ext in zip(lvars, exts):
-                self.bounds[lv.name] = ext
+            lvars = [loop_var(i) for i in range(len(win.extents))]
+            for lv, ext, bound in zip(lvars, win.extents, win.bounds):
+                self.bounds[lv.name] = bound
                 self.loop_names.add(lv.name)
                 loops.append((lv, ext))
         self.inner = _Scope([])
-        (in_coords,) = node.op.reverse(self.g, node, coords, loops=lvars)
-        val = self.value(node.inputs[0], in_coords)
-        self.inner.stmts.append(Accumulate(acc, red, val, acc_t))
+        (where,) = node.op.reverse(self.g, node, coords, loops=lvars)
+        pred, val = self.guarded(node.inputs[0], where)
+        self.inner.stmts.append(Accumulate(acc, red, val, acc_t, pred))
+        if counter:
+            self.inner.stmts.append(Accumulate(counter, _COUNT, "1", I64, pred))
         body: tuple = tuple(self.inner.stmts)
         for lv, ext in reversed(loops):
             body = (Loop(code_name(lv), self.index(ext), body, self.cooperative),)
         self.inner = None
         self.outer.stmts.extend(body)
+
+
+_COUNT = Reduction(Combine.SUM)
 
 
 def _is_poly_of_vars(e: Expr) -> bool:
@@ -258,21 +333,19 @@ def index_bounds(exprs: list[Expr], b: Bounds) -> tuple[Expr, ...]:
 
 
 def materialized_values(g: Graph) -> list[Value]:
-    """Values that get a buffer: graph outputs and reduction results (in order)."""
-    out_ids = {v.id for v in g.outputs}
-    return [n.out for n in g.nodes if n.op.kind is OpKind.REDUCE or n.out.id in out_ids] + \
-        [v for v in g.inputs if v.id in out_ids]
+    """The values that get a buffer (``Graph.materialized``)."""
+    return g.materialized()
 
 
 def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
-    """One kernel per materialized value whose element count is not literally 0, in dependency
-    (graph) order. With ``cooperative``, each reduction kernel also carries a block-per-output
-    ``variant`` (for large reduced extents)."""
+    """One kernel per materialized value that is not a library result and whose element count is not literally 0, in graph order. With ``cooperative``, each reduction
+    kernel also carries a block-per-output ``variant`` (for large reduced extents)."""
     mats = materialized_values(g)
     mat_ids = {v.id for v in mats}
     out = []
     for i, v in enumerate(mats):
-        if prod(g.dims(v)).is_lit(0):
+        if v.producer is not None and v.producer.op.kind is OpKind.LIBRARY or \
+                prod(g.dims(v)).is_lit(0):
             continue
         name = f"dlcb_k{i}_{_ident(v.name)}"
         body = _Builder(g, v, mat_ids, name).build()

@@ -8,7 +8,8 @@ parameters, or literals.
 
 Identifiers. Generated code never spells a user's name: a dimension variable ``N`` becomes the
 parameter ``d_N`` (``code_name``), buffers are ``out``, ``in0``, ``in1``... by position, and
-temporaries come from a fixed set of prefixes (``i``, ``v``, ``x``, ``acc``, ``p``, ``c``, ``l``).
+temporaries come from a fixed set of prefixes (``i``, ``v``, ``x``, ``m``, ``acc``, ``cnt``, ``p``, ``c``,
+``l``).
 User names appear only in comments.
 """
 
@@ -87,11 +88,28 @@ class Imm:           # operand: a Python scalar, spelled in the compute dtype
 
 
 @dataclass(frozen=True)
-class Load:          # T name = in<buf>[index]
+class Pred:          # bool name = parent && lo <= e && e < hi && ...   (an input coordinate in range)
+    name: str
+    parent: str      # "" for none
+    lower: tuple[tuple[str, str], ...]   # (e, lo): lo <= e
+    upper: tuple[tuple[str, str], ...]   # (e, hi): e < hi
+
+
+@dataclass(frozen=True)
+class Load:          # T name = in<buf>[index]   (pred: pred ? in<buf>[index] : 0, no access if not)
     name: str
     dtype: DType
     buf: int
     index: str
+    pred: str = ""
+
+
+@dataclass(frozen=True)
+class Select:        # T name = p0 ? v0 : p1 ? v1 : ... : default   (pad, cat)
+    name: str
+    dtype: DType
+    alts: tuple[tuple[str, Ref], ...]
+    default: Ref | Imm
 
 
 @dataclass(frozen=True)
@@ -119,11 +137,12 @@ class AccInit:       # A name = identity of the combine
 
 
 @dataclass(frozen=True)
-class Accumulate:    # name = combine(name, (A) value)
+class Accumulate:    # name = combine(name, (A) value)   (pred: only where pred holds)
     name: str
     red: Reduction
     value: str
     acc: DType
+    pred: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,8 +166,8 @@ class Store:         # out[t] = value   (cooperative kernels: thread 0 of the bl
     value: str
 
 
-Stmt = Union[IdxSum, IdxProd, IdxDivMod, Load, Compute, Loop, AccInit, Accumulate, BlockReduce,
-             Finish, Store]
+Stmt = Union[IdxSum, IdxProd, IdxDivMod, Pred, Load, Select, Compute, Loop, AccInit, Accumulate,
+             BlockReduce, Finish, Store]
 
 
 # --- kernels --------------------------------------------------------------------------------------
@@ -190,7 +209,7 @@ class KernelBody:
     coord_map: CoordMap
     index_bounds: tuple[Expr, ...]
     cooperative: bool = False                # one block per output element (reductions)
-    reduce_extent: Expr | None = None        # elements reduced per output element
+    reduce_extent: Expr | None = None        # elements reduced per output element (at most)
     variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
 
     def variants(self) -> tuple["KernelBody", ...]:

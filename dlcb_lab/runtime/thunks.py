@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ShapeMismatch
-from ..hostgen.lower import LaunchPlan, Src
+from ..hostgen.lower import LaunchPlan, LibraryCall, Operand, Src, fill
 from ..hostgen.program import HostProgram
 from .launchers import NARROW_LIMIT
 
@@ -62,23 +62,61 @@ class Thunk:
         tensors = self._check_args(args)
         r = self._registers(tensors)
         dev = tensors[0].device if tensors else torch.device(self.device)
-        bufs = [torch.empty([r[k] for k in b.shape_regs], dtype=b.dtype, device=dev)
-                for b in self.plan.buffers]
-        for launcher, k in zip(self.launchers, self.plan.kernels):
-            n = r[k.numel]
-            if n == 0:
-                continue
-            v = launcher.choose(n, r[k.extent]) if k.extent is not None else 0
-            var = k.variants[v]
-            ins = [tensors[o.index] if o.src is Src.INPUT else bufs[o.index] for o in var.operands]
-            launcher(v, n, bufs[k.out], ins, [r[p] for p in var.params],
-                     self._narrow_ok and r[k.index_bound] <= NARROW_LIMIT)
+        plan = self.plan
+        bufs: list[torch.Tensor | None] = [None] * len(plan.buffers)
+
+        def get(o: Operand) -> torch.Tensor:
+            if o.src is Src.INPUT:
+                return tensors[o.index]
+            t = bufs[o.index]
+            if t is None:   # literally zero-size: no step fills it
+                b = plan.buffers[o.index]
+                t = bufs[o.index] = torch.empty([r[k] for k in b.shape_regs], dtype=b.dtype,
+                                                device=dev)
+            return t
+
+        launchers = iter(self.launchers)
+        for step, frees in zip(plan.steps, plan.frees):
+            b = plan.buffers[step.out]
+            shape = [r[k] for k in b.shape_regs]
+            if isinstance(step, LibraryCall):
+                bufs[step.out] = _library(step, [get(o) for o, _ in step.operands], r, shape)
+            else:
+                launcher = next(launchers)
+                out = bufs[step.out] = torch.empty(shape, dtype=b.dtype, device=dev)
+                n = r[step.numel]
+                if n:
+                    v = launcher.choose(n, r[step.extent]) if step.extent is not None else 0
+                    var = step.variants[v]
+                    launcher(v, n, out, [get(o) for o in var.operands], [r[p] for p in var.params],
+                             self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT)
+            for j in frees:
+                bufs[j] = None
         self.calls += 1
-        return tuple(bufs[o.index] for o in self.plan.outputs)
+        return tuple(get(o) for o in plan.outputs)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({len(self.launchers)} kernels, {self.device}, inputs "
-                f"{list(self.in_names)}, {len(self.host.instrs)} host instructions)")
+        n_lib = len(self.plan.steps) - len(self.launchers)
+        return (f"{type(self).__name__}({len(self.launchers)} kernels, {n_lib} library calls, "
+                f"{self.device}, inputs {list(self.in_names[:4])}"
+                f"{f' + {len(self.in_names) - 4} more' if len(self.in_names) > 4 else ''}, "
+                f"{len(self.host.instrs)} host instructions)")
+
+
+def _library(step: LibraryCall, operands: list[torch.Tensor], r: list[int], shape: list[int]
+             ) -> torch.Tensor:
+    """Run a library call on its operands (views applied) and check the result's shape against
+    the host program's."""
+    ins = []
+    for t, (_, views) in zip(operands, step.operands):
+        for view in views:
+            t = view.op.reference(t, **{k: fill(a, r) for k, a in view.attrs})
+        ins.append(t)
+    out = step.op.reference(*ins, **{k: fill(a, r) for k, a in step.attrs})
+    if list(out.shape) != shape:   # pragma: no cover - a bug in an op's shape rule
+        raise RuntimeError(f"{step.op.name} returned shape {list(out.shape)}, the host program "
+                           f"computed {shape}")
+    return out if out.is_contiguous() else out.contiguous()
 
 
 class DynamicAOTThunk(Thunk):

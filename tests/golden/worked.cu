@@ -26,6 +26,28 @@ __device__ __forceinline__ float dlcb_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double dlcb_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float dlcb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double dlcb_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float dlcb_log(float x) { return logf(x); }
+__device__ __forceinline__ double dlcb_log(double x) { return log(x); }
+__device__ __forceinline__ float dlcb_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double dlcb_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float dlcb_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double dlcb_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float dlcb_erf(float x) { return erff(x); }
+__device__ __forceinline__ double dlcb_erf(double x) { return erf(x); }
+__device__ __forceinline__ float dlcb_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double dlcb_silu(double x) { return x / (1.0 + exp(-x)); }
+template <typename T> __device__ __forceinline__ T dlcb_gelu(T x) {
+  return T(0.5) * x * (T(1) + dlcb_erf(x * T(0.7071067811865476)));
+}
+template <typename T> __device__ __forceinline__ T dlcb_gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + dlcb_tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
+}
+template <typename T> __device__ __forceinline__ T dlcb_hardsigmoid(T x) {
+  return dlcb_min(dlcb_max(x + T(3), T(0)), T(6)) / T(6);
+}
+template <typename T> __device__ __forceinline__ T dlcb_hardswish(T x) {
+  return x * dlcb_min(dlcb_max(x + T(3), T(0)), T(6)) / T(6);
+}
 struct dlcb_sum_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };

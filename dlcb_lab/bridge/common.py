@@ -1,0 +1,138 @@
+"""What every lowering uses: the lowering context (graph, fx node name, source line) and argument
+checks that follow torch's rules (axis wrapping, reduction axes, tensor and scalar operands)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..dims import Expr, Lit, as_expr
+from ..errors import ShapeError, UnsupportedOp
+from ..ir.graph import Graph, Value
+
+
+class Cx:
+    """What a lowering sees: the graph and the fx node's name and source line."""
+
+    def __init__(self, g: Graph, name: str, where: str):
+        self.g, self.name, self.where = g, name, where
+        self.n = 0
+
+    def apply(self, op: str, *inputs: Any, **attrs: Any) -> Value:
+        """Append IR op ``op``; the first op of a lowering carries the fx node's name, further
+        ones ``<name>_2``, ``<name>_3``..."""
+        self.n += 1
+        return self.g.apply(op, *inputs, name=f"{self.name}" if self.n == 1 else
+                            f"{self.name}_{self.n}", where=self.where, **attrs)
+
+    def param(self, t: torch.Tensor | None, what: str) -> Value | None:
+        """A module parameter or buffer as a graph constant (None stays None)."""
+        if t is None:
+            return None
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedOp(f"{what} is a {type(t).__name__}, not a tensor")
+        return self.g.constant(f"{self.name}.{what}", t)
+
+    def cast(self, x: Value, dtype: torch.dtype) -> Value:
+        return x if x.dtype == dtype else self.apply("to", x, dtype=dtype)
+
+
+def wrap_axis(a: Any, rank: int, what: str = "dim") -> int:
+    """torch's axis wrapping: ``-rank <= a < rank`` (a 0-d tensor admits -1 and 0)."""
+    r = max(rank, 1)
+    if isinstance(a, Lit):
+        a = a.value
+    if isinstance(a, bool) or not isinstance(a, int):
+        raise ShapeError(f"{what} {a!r} is not an integer")
+    if not -r <= a < r:
+        raise ShapeError(f"{what} {a} out of range for a rank-{rank} tensor (expected in "
+                         f"[{-r}, {r - 1}])")
+    return a % r
+
+
+def axes_arg(dims: Any, rank: int) -> tuple[int, ...]:
+    """Reduction axes: None or an empty list mean every axis; duplicates are an error."""
+    if dims is None:
+        return tuple(range(rank))
+    if not isinstance(dims, (tuple, list)):
+        dims = (dims,)
+    if not dims:
+        return tuple(range(rank))
+    out = [wrap_axis(d, rank) for d in dims]
+    for a in out:
+        if out.count(a) > 1:
+            raise ShapeError(f"dim {a} appears multiple times in the list of dims {list(dims)}")
+    return tuple(sorted(out)) if rank else ()
+
+
+def tensor_arg(x: Any, what: str = "input") -> Value:
+    if not isinstance(x, Value):
+        raise UnsupportedOp(f"{what} {x!r} is not a tensor")
+    return x
+
+
+def operand(x: Any) -> Value | bool | int | float:
+    """A tensor operand or a Python number; a literal dimension is a number, a symbolic one is not
+    supported as a tensor value."""
+    if isinstance(x, Lit):
+        return x.value
+    if isinstance(x, Expr):
+        raise UnsupportedOp(f"dimension {x!r} used as a tensor value (only literal sizes can be)")
+    if isinstance(x, (Value, bool, int, float)):
+        return x
+    raise UnsupportedOp(f"operand {x!r} is neither a tensor nor a Python number")
+
+
+def refuse(**kw: Any) -> None:
+    """Refuse arguments the lowering does not support (value differs from the default)."""
+    for k, (v, default) in kw.items():
+        if v is not default and v != default:
+            raise UnsupportedOp(f"{k}={v!r} unsupported")
+
+
+def shape_arg(shape: tuple, kwargs: dict, key: str) -> tuple:
+    """``view(2, 3)``, ``view((2, 3))`` and ``view(size=(2, 3))`` alike."""
+    if key in kwargs and not shape:
+        shape = (kwargs.pop(key),)
+    if kwargs:
+        raise UnsupportedOp(f"unexpected arguments {kwargs}")
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+
+
+class DimPredicate:
+    """A comparison of sizes (``h == 224``) traced by fx, for ``torch._assert``."""
+
+    _NEG = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+    def __init__(self, op: str, lhs: Expr, rhs: Expr):
+        self.op, self.lhs, self.rhs = op, lhs, rhs
+
+    @staticmethod
+    def of(op: str, lhs: Any, rhs: Any) -> "DimPredicate | bool":
+        if not isinstance(lhs, Expr) and not isinstance(rhs, Expr):
+            return {"==": lhs == rhs, "!=": lhs != rhs, "<": lhs < rhs, "<=": lhs <= rhs,
+                    ">": lhs > rhs, ">=": lhs >= rhs}[op]
+        return DimPredicate(op, as_expr(lhs), as_expr(rhs))
+
+    def impose(self, cx: Cx, detail: str) -> None:
+        """Add the predicate to the graph: a constraint (``==``) or a requirement."""
+        a, b = self.lhs, self.rhs
+        if self.op == "==":
+            cx.g.constrain(a, b, "_assert", detail, cx.where)
+            return
+        gap = {"<": b - a - 1, "<=": b - a, ">": a - b - 1, ">=": a - b}.get(self.op)
+        if gap is None:
+            raise UnsupportedOp(f"size predicate {a!r} {self.op} {b!r}")
+        cx.g.require(gap, "_assert", detail, cx.where)
+
+    def __bool__(self) -> bool:
+        raise UnsupportedOp(f"size predicate {self!r} used as a Python bool (control flow on a "
+                            f"symbolic size)")
+
+    def __repr__(self) -> str:
+        return f"{self.lhs!r} {self.op} {self.rhs!r}"

@@ -1,0 +1,610 @@
+"""Lowerings of the neural-network vocabulary (``torch.nn.functional``, ``torch.nn`` modules and the
+tensor methods the TorchVision models use): convolution, linear and attention become library ops;
+normalizations, activations, pooling, concatenation, slicing and padding become generated IR ops.
+Each lowering has torch's signature (after the context and, for modules, the module).
+
+Inference semantics: dropout and stochastic depth are identities unless ``training``; batch norm
+uses the running statistics. Where torch clamps a slice to the axis, a symbolic axis is instead
+required to hold the slice (a host check).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision.ops
+
+from ..dims import Expr, Lit, as_expr, lit
+from ..errors import ShapeError, UnsupportedOp
+from ..ir.graph import Value
+from .common import Cx, axes_arg, operand, refuse, tensor_arg, wrap_axis
+
+
+def _pair(v: Any, what: str) -> tuple[int, int]:
+    v = (v, v) if isinstance(v, int) else tuple(v)
+    if len(v) == 1:
+        v = (v[0], v[0])
+    if len(v) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise UnsupportedOp(f"{what}={v!r}: expected an int or a pair of ints")
+    return v
+
+
+def _channel_bias(cx: Cx, y: Value, bias: Any, axis: int) -> Value:
+    """``y + bias`` with a 1-D ``bias`` along ``axis`` of ``y``."""
+    if bias is None:
+        return y
+    b = tensor_arg(bias, "bias")
+    trailing = y.rank - axis - 1
+    if trailing:
+        b = cx.apply("reshape", b, shape=(*cx.g.dims(b), *[1] * trailing))
+    return cx.apply("add", y, b)
+
+
+# --- library ops ----------------------------------------------------------------------------------
+
+def _l_conv2d(cx, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise UnsupportedOp(f"padding={padding!r}")
+        padding = (0, 0) if padding == "valid" else padding
+    else:
+        padding = _pair(padding, "padding")
+    y = cx.apply("conv2d", tensor_arg(input), tensor_arg(weight, "weight"),
+                 stride=_pair(stride, "stride"), padding=padding,
+                 dilation=_pair(dilation, "dilation"), groups=int(groups))
+    return _channel_bias(cx, y, bias, 1)
+
+
+def _l_linear(cx, input, weight, bias=None):
+    y = cx.apply("linear", tensor_arg(input), tensor_arg(weight, "weight"))
+    return y if bias is None else cx.apply("add", y, tensor_arg(bias, "bias"))
+
+
+def _l_matmul(cx, input, other, *, out=None):
+    refuse(out=(out, None))
+    return cx.apply("matmul", tensor_arg(input), tensor_arg(other, "other"))
+
+
+def _ranked(rank: int) -> Callable:
+    def lowering(cx, input, mat2, *, out=None):
+        a, b = tensor_arg(input), tensor_arg(mat2, "mat2")
+        if a.rank != rank or b.rank != rank:
+            raise ShapeError(f"expected rank-{rank} operands, got ranks {a.rank}, {b.rank}")
+        return _l_matmul(cx, a, b, out=out)
+    return lowering
+
+
+def _l_addmm(cx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    y = _ranked(2)(cx, mat1, mat2, out=out)
+    if alpha != 1:
+        y = cx.apply("mul", y, alpha)
+    c = operand(input)
+    if beta != 1:
+        c = cx.apply("mul", c, beta) if isinstance(c, Value) else c * beta
+    return cx.apply("add", c, y)
+
+
+def _l_sdpa(cx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+            enable_gqa=False):
+    refuse(dropout_p=(dropout_p, 0.0), enable_gqa=(enable_gqa, False))
+    ins = [tensor_arg(query, "query"), tensor_arg(key, "key"), tensor_arg(value, "value")]
+    if attn_mask is not None:
+        ins.append(tensor_arg(attn_mask, "attn_mask"))
+    return cx.apply("sdpa", *ins, is_causal=bool(is_causal), scale=scale)
+
+
+# --- normalization ----------------------------------------------------------------------------------
+
+def _l_batch_norm(cx, input, running_mean, running_var, weight=None, bias=None, training=False,
+                  momentum=0.1, eps=1e-5):
+    """Eval batch norm as ``x * scale + shift`` per channel; ``scale``/``shift`` are computed from
+    the constants (folded at compile time, then into a preceding convolution)."""
+    if training or running_mean is None or running_var is None:
+        raise UnsupportedOp("batch_norm with batch statistics (training mode)")
+    x = tensor_arg(input)
+    scale = cx.apply("rsqrt", cx.apply("add", tensor_arg(running_var, "running_var"), eps))
+    if weight is not None:
+        scale = cx.apply("mul", scale, tensor_arg(weight, "weight"))
+    shift = cx.apply("neg", cx.apply("mul", tensor_arg(running_mean, "running_mean"), scale))
+    if bias is not None:
+        shift = cx.apply("add", shift, tensor_arg(bias, "bias"))
+    return _channel_bias(cx, _channel_scale(cx, x, scale), shift, 1)
+
+
+def _channel_scale(cx: Cx, x: Value, scale: Value) -> Value:
+    trailing = x.rank - 2
+    s = cx.apply("reshape", scale, shape=(*cx.g.dims(scale), *[1] * trailing)) if trailing \
+        else scale
+    return cx.apply("mul", x, s)
+
+
+def _l_layer_norm(cx, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    x = tensor_arg(input)
+    shape = (normalized_shape,) if isinstance(normalized_shape, (int, Expr)) else \
+        tuple(normalized_shape)
+    k = len(shape)
+    if not 0 < k <= x.rank:
+        raise ShapeError(f"normalized_shape {list(shape)} for a rank-{x.rank} input")
+    dims = cx.g.dims(x)
+    for i, d in enumerate(shape):
+        cx.g.constrain(dims[x.rank - k + i], as_expr(d), "layer_norm",
+                       f"normalized_shape[{i}] with input axis {x.rank - k + i}", cx.where)
+    axes = tuple(range(x.rank - k, x.rank))
+    xc = cx.apply("sub", x, cx.apply("mean", x, dims=axes, keepdim=True))
+    var = cx.apply("mean", cx.apply("mul", xc, xc), dims=axes, keepdim=True)
+    y = cx.apply("mul", xc, cx.apply("rsqrt", cx.apply("add", var, eps)))
+    if weight is not None:
+        y = cx.apply("mul", y, tensor_arg(weight, "weight"))
+    return y if bias is None else cx.apply("add", y, tensor_arg(bias, "bias"))
+
+
+def _softmax(log: bool) -> Callable:
+    def lowering(cx, input, dim=None, _stacklevel=3, dtype=None):
+        x = tensor_arg(input)
+        if dim is None:
+            raise UnsupportedOp("softmax without dim (torch's implicit-dim legacy form)")
+        if dtype is not None:
+            x = cx.cast(x, dtype)
+        if not x.dtype.is_floating_point:
+            raise UnsupportedOp(f"softmax of {x.dtype}")
+        axes = (wrap_axis(dim, x.rank),) if x.rank else ()
+        m = cx.apply("amax", x, dims=axes, keepdim=True)
+        xm = cx.apply("sub", x, m)
+        s = cx.apply("sum", cx.apply("exp", xm), dims=axes, keepdim=True)
+        if log:
+            return cx.apply("sub", xm, cx.apply("log", s))
+        return cx.apply("div", cx.apply("exp", xm), s)
+    return lowering
+
+
+# --- activations ------------------------------------------------------------------------------------
+
+def _act(op: str) -> Callable:
+    def lowering(cx, input, inplace=False):
+        return cx.apply(op, tensor_arg(input))
+    return lowering
+
+
+def _l_hardtanh(cx, input, min_val=-1.0, max_val=1.0, inplace=False):
+    return cx.apply("clamp", tensor_arg(input), min_val, max_val)
+
+
+def _l_relu6(cx, input, inplace=False):
+    return cx.apply("clamp", tensor_arg(input), 0.0, 6.0)
+
+
+def _l_gelu(cx, input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedOp(f"approximate={approximate!r}")
+    return cx.apply("gelu" if approximate == "none" else "gelu_tanh", tensor_arg(input))
+
+
+def _l_clamp(cx, input, min=None, max=None, *, out=None):
+    refuse(out=(out, None))
+    x = tensor_arg(input)
+    lo, hi = (None if b is None else operand(b) for b in (min, max))
+    if lo is None and hi is None:
+        raise UnsupportedOp("clamp needs min or max")
+    if lo is not None and hi is not None and not isinstance(lo, Value) and \
+            not isinstance(hi, Value):
+        return cx.apply("clamp", x, lo, hi)
+    if lo is not None:
+        x = cx.apply("maximum", x, lo) if isinstance(lo, Value) else cx.apply("clamp", x, lo,
+                                                                               float("inf"))
+    if hi is not None:
+        x = cx.apply("minimum", x, hi) if isinstance(hi, Value) else cx.apply("clamp", x,
+                                                                              float("-inf"), hi)
+    return x
+
+
+def _l_dropout(cx, input, p=0.5, training=True, inplace=False):
+    if training and p:
+        raise UnsupportedOp("dropout in training mode (random)")
+    return tensor_arg(input)
+
+
+def _l_stochastic_depth(cx, input, p, mode, training=True):
+    if training and p:
+        raise UnsupportedOp("stochastic depth in training mode (random)")
+    return tensor_arg(input)
+
+
+# --- pooling ----------------------------------------------------------------------------------------
+
+def _l_max_pool2d(cx, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                  return_indices=False):
+    refuse(return_indices=(return_indices, False))
+    k = _pair(kernel_size, "kernel_size")
+    return cx.apply("max_pool2d", tensor_arg(input), kernel_size=k,
+                    stride=_pair(stride, "stride") if stride else k,
+                    padding=_pair(padding, "padding"), dilation=_pair(dilation, "dilation"),
+                    ceil_mode=bool(ceil_mode))
+
+
+def _l_avg_pool2d(cx, input, kernel_size, stride=None, padding=0, ceil_mode=False,
+                  count_include_pad=True, divisor_override=None):
+    k = _pair(kernel_size, "kernel_size")
+    return cx.apply("avg_pool2d", tensor_arg(input), kernel_size=k,
+                    stride=_pair(stride, "stride") if stride else k,
+                    padding=_pair(padding, "padding"), ceil_mode=bool(ceil_mode),
+                    count_include_pad=bool(count_include_pad), divisor_override=divisor_override)
+
+
+def _l_adaptive_avg_pool2d(cx, input, output_size):
+    x = tensor_arg(input)
+    if x.rank not in (3, 4):
+        raise ShapeError(f"adaptive_avg_pool2d needs rank 3 or 4, got {x.rank}")
+    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    dims = cx.g.dims(x)
+    out = []
+    for i, o in enumerate(size):
+        d = dims[x.rank - 2 + i]
+        if o is None:
+            if not isinstance(d, Lit):
+                raise UnsupportedOp(f"output_size None on symbolic axis {d!r}")
+            o = d.value
+        out.append(int(o))
+    if out == [1, 1]:   # global pooling: a mean over both axes
+        return cx.apply("mean", x, dims=(x.rank - 2, x.rank - 1), keepdim=True)
+    return cx.apply("adaptive_avg_pool2d", x, output_size=tuple(out))
+
+
+# --- slicing, concatenation, padding ----------------------------------------------------------------
+
+_HUGE = 1 << 62
+
+
+def slice_axis(cx: Cx, x: Value, axis: int, start: Any, stop: Any, step: Any) -> Value:
+    """``x[..., start:stop:step, ...]`` on ``axis`` with torch's rules; on a symbolic axis, bounds
+    are not clamped: the axis must hold them (a host check)."""
+    d = cx.g.dims(x)[axis]
+    step = 1 if step is None else step
+    if not isinstance(step, int) or step < 1:
+        raise UnsupportedOp(f"slice step {step!r} (positive integers only)")
+    if isinstance(d, Lit) and all(b is None or isinstance(b, (int, Lit)) for b in (start, stop)):
+        ints = [b.value if isinstance(b, Lit) else b for b in (start, stop)]
+        s, e, _ = slice(*ints, step).indices(d.value)
+        s_e, n_e = lit(s), lit(len(range(s, e, step)))
+    else:
+        def bound(b, default):
+            if b is None or (isinstance(b, int) and b >= _HUGE):
+                return default
+            b = as_expr(b)
+            return d + b if isinstance(b, Lit) and b.value < 0 else b
+        s_e, e_e = bound(start, lit(0)), bound(stop, d)
+        cx.g.require(e_e - s_e, "slice", f"slice [{s_e!r}:{e_e!r}] of axis {axis} (extent {d!r}) "
+                     f"is not empty-reversed", cx.where)
+        n_e = (e_e - s_e + step - 1) // step
+    if s_e is lit(0) and n_e is d and step == 1:
+        return x
+    return cx.apply("slice", x, dim=axis, start=s_e, length=n_e, step=step)
+
+
+def _l_getitem(cx, input, idx):
+    x = tensor_arg(input)
+    items = list(idx) if isinstance(idx, tuple) else [idx]
+    if any(isinstance(i, (Value, torch.Tensor, list)) for i in items):
+        raise UnsupportedOp("indexing with a tensor or list (advanced indexing)")
+    n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if items.count(Ellipsis) > 1:
+        raise ShapeError("an index can only have a single ellipsis")
+    if n_real > x.rank:
+        raise ShapeError(f"too many indices ({n_real}) for a rank-{x.rank} tensor")
+    k = items.index(Ellipsis) if Ellipsis in items else len(items)
+    items[k:k + 1] = [slice(None)] * (x.rank - n_real)
+    out_dims: list[Any] = []
+    axis = 0
+    y = x
+    for it in items:
+        if it is None:
+            out_dims.append(1)
+            continue
+        if isinstance(it, slice):
+            y = slice_axis(cx, y, axis, it.start, it.stop, it.step)
+            out_dims.append(cx.g.dims(y)[axis])
+        else:   # an integer index: a length-1 slice, dropped below
+            if isinstance(it, bool) or not isinstance(it, (int, Expr)):
+                raise UnsupportedOp(f"index {it!r}")
+            d = cx.g.dims(y)[axis]
+            if isinstance(it, int) and isinstance(d, Lit) and not -d.value <= it < d.value:
+                raise ShapeError(f"index {it} is out of bounds for axis {axis} with size {d!r}")
+            s = d + it if isinstance(it, int) and it < 0 else as_expr(it)
+            y = slice_axis(cx, y, axis, s, s + 1, 1)
+        axis += 1
+    if [*out_dims] != list(cx.g.dims(y)):
+        y = cx.apply("reshape", y, shape=tuple(out_dims))
+    return y
+
+
+def _l_narrow(cx, input, dim, start, length):
+    x = tensor_arg(input)
+    a = wrap_axis(dim, x.rank)
+    s = as_expr(start)
+    if isinstance(s, Lit) and s.value < 0:
+        s = cx.g.dims(x)[a] + s
+    return slice_axis(cx, x, a, s, s + length, 1)
+
+
+def _l_cat(cx, tensors, dim=0, *, out=None):
+    refuse(out=(out, None))
+    xs = [tensor_arg(t, "tensors") for t in tensors]
+    if not xs:
+        raise ShapeError("cat of no tensors")
+    a = wrap_axis(dim, xs[0].rank)
+    return cx.apply("cat", *xs, dim=a)
+
+
+def _l_stack(cx, tensors, dim=0, *, out=None):
+    xs = [tensor_arg(t, "tensors") for t in tensors]
+    if not xs:
+        raise ShapeError("stack of no tensors")
+    a = wrap_axis(dim, xs[0].rank + 1)
+    return _l_cat(cx, [_unsqueeze(cx, x, a) for x in xs], a, out=out)
+
+
+def _unsqueeze(cx: Cx, x: Value, a: int) -> Value:
+    dims = list(cx.g.dims(x))
+    return cx.apply("reshape", x, shape=tuple(dims[:a] + [lit(1)] + dims[a:]))
+
+
+def _l_unsqueeze(cx, input, dim):
+    x = tensor_arg(input)
+    return _unsqueeze(cx, x, wrap_axis(dim, x.rank + 1))
+
+
+def _l_squeeze(cx, input, dim=None):
+    x = tensor_arg(input)
+    dims = list(cx.g.dims(x))
+    axes = range(x.rank) if dim is None else axes_arg(dim, x.rank)
+    drop = {a for a in axes if dims[a] is lit(1)}
+    if not drop:
+        return x
+    return cx.apply("reshape", x, shape=tuple(d for a, d in enumerate(dims) if a not in drop))
+
+
+def _l_split(cx, tensor, split_size_or_sections, dim=0):
+    x = tensor_arg(tensor)
+    a = wrap_axis(dim, x.rank)
+    d = cx.g.dims(x)[a]
+    if isinstance(split_size_or_sections, (int, Expr)) and not isinstance(split_size_or_sections,
+                                                                          bool):
+        size = as_expr(split_size_or_sections)
+        if not (isinstance(d, Lit) and isinstance(size, Lit)):
+            raise UnsupportedOp(f"split of symbolic axis {d!r} into pieces of {size!r}")
+        sizes = [min(size.value, d.value - s) for s in range(0, d.value, size.value)] or [0]
+    else:
+        sizes = [as_expr(s) for s in split_size_or_sections]
+        total = sum(sizes[1:], as_expr(sizes[0])) if sizes else lit(0)
+        cx.g.constrain(total, d, "split", f"sections {sizes} sum to axis {a}", cx.where)
+    out, off = [], lit(0)
+    for s in sizes:
+        out.append(slice_axis(cx, x, a, off, off + s, 1))
+        off = off + s
+    return tuple(out)
+
+
+def _l_chunk(cx, input, chunks, dim=0):
+    x = tensor_arg(input)
+    a = wrap_axis(dim, x.rank)
+    d = cx.g.dims(x)[a]
+    if isinstance(d, Lit):
+        size = -(-d.value // chunks) if d.value else 0
+        return _l_split(cx, x, size if size else 1, a) if d.value else (x,)
+    cx.g.constrain(d % chunks, lit(0), "chunk", f"axis {a} ({d!r}) splits into {chunks} "
+                   f"equal chunks", cx.where)
+    return _l_split(cx, x, [d // chunks] * chunks, a)
+
+
+def _l_unbind(cx, input, dim=0):
+    x = tensor_arg(input)
+    a = wrap_axis(dim, x.rank)
+    d = cx.g.dims(x)[a]
+    if not isinstance(d, Lit):
+        raise UnsupportedOp(f"unbind of symbolic axis {d!r}")
+    return tuple(_l_getitem(cx, x, (slice(None),) * a + (i,)) for i in range(d.value))
+
+
+def _l_pad(cx, input, pad, mode="constant", value=None):
+    x = tensor_arg(input)
+    if mode != "constant":
+        raise UnsupportedOp(f"pad mode {mode!r} (constant only)")
+    pad = [as_expr(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > x.rank:
+        raise ShapeError(f"pad {pad} for a rank-{x.rank} tensor")
+    before, after = [lit(0)] * x.rank, [lit(0)] * x.rank
+    for i in range(len(pad) // 2):
+        before[x.rank - 1 - i], after[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    if any(isinstance(p, Lit) and p.value < 0 for p in pad):
+        raise UnsupportedOp(f"negative pad {pad} (cropping)")
+    if all(p is lit(0) for p in pad):
+        return x
+    return cx.apply("pad", x, before=tuple(before), after=tuple(after),
+                    value=0.0 if value is None else value)
+
+
+def _l_expand(cx, input, *sizes, **kwargs):
+    x = tensor_arg(input)
+    if "size" in kwargs:
+        sizes = (kwargs.pop("size"),)
+    kwargs.pop("implicit", None)
+    if kwargs:
+        raise UnsupportedOp(f"unexpected arguments {kwargs}")
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    sizes = tuple(s.value if isinstance(s, Lit) else s for s in sizes)
+    if list(sizes) == list(cx.g.dims(x)) or all(isinstance(s, int) and s == -1 for s in sizes) \
+            and len(sizes) == x.rank:
+        return x
+    return cx.apply("expand", x, sizes=sizes)
+
+
+def _l_expand_as(cx, input, other):
+    return _l_expand(cx, input, tuple(cx.g.dims(tensor_arg(other, "other"))))
+
+
+def _l_roll(cx, input, shifts, dims=None):
+    x = tensor_arg(input)
+    if dims is None:
+        raise UnsupportedOp("roll without dims (over the flattened tensor)")
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return cx.apply("roll", x, shifts=shifts, dims=tuple(wrap_axis(d, x.rank) for d in dims))
+
+
+def _l_t(cx, input):
+    x = tensor_arg(input)
+    if x.rank > 2:
+        raise ShapeError(f"t() of a rank-{x.rank} tensor")
+    return x if x.rank < 2 else cx.apply("permute", x, dims=(1, 0))
+
+
+# --- modules --------------------------------------------------------------------------------------
+
+def _m_conv2d(cx, mod: nn.Conv2d, input):
+    if mod.padding_mode != "zeros":
+        raise UnsupportedOp(f"padding_mode={mod.padding_mode!r}")
+    return _l_conv2d(cx, input, cx.param(mod.weight, "weight"), cx.param(mod.bias, "bias"),
+                     mod.stride, mod.padding, mod.dilation, mod.groups)
+
+
+def _m_linear(cx, mod: nn.Linear, input):
+    return _l_linear(cx, input, cx.param(mod.weight, "weight"), cx.param(mod.bias, "bias"))
+
+
+def _m_batch_norm(cx, mod: nn.modules.batchnorm._BatchNorm, input):
+    if mod.training or not mod.track_running_stats:
+        raise UnsupportedOp("batch norm with batch statistics (training mode or no running "
+                            "stats)")
+    x = tensor_arg(input)
+    if x.rank != {nn.BatchNorm1d: x.rank if x.rank in (2, 3) else 2, nn.BatchNorm2d: 4,
+                  nn.BatchNorm3d: 5}.get(type(mod), x.rank):
+        raise ShapeError(f"{type(mod).__name__} of a rank-{x.rank} input")
+    return _l_batch_norm(cx, x, cx.param(mod.running_mean, "running_mean"),
+                         cx.param(mod.running_var, "running_var"), cx.param(mod.weight, "weight"),
+                         cx.param(mod.bias, "bias"), False, 0.0, mod.eps)
+
+
+def _m_layer_norm(cx, mod: nn.LayerNorm, input):
+    return _l_layer_norm(cx, input, mod.normalized_shape, cx.param(mod.weight, "weight"),
+                         cx.param(mod.bias, "bias"), mod.eps)
+
+
+def _m_mha(cx, mod: nn.MultiheadAttention, query, key, value, key_padding_mask=None,
+           need_weights=True, attn_mask=None, average_attn_weights=True, is_causal=False):
+    """Input projection (one GEMM when query, key and value are one tensor), heads split by
+    reshape/permute views, ``sdpa``, heads merged, output projection. Returns (output, None)."""
+    if need_weights:
+        raise UnsupportedOp("MultiheadAttention with need_weights=True (attention weights output)")
+    refuse(key_padding_mask=(key_padding_mask, None))
+    if mod.bias_k is not None or mod.add_zero_attn or mod.dropout and mod.training:
+        raise UnsupportedOp("MultiheadAttention with bias_k/bias_v, add_zero_attn or dropout")
+    q, k, v = (tensor_arg(t, w) for t, w in ((query, "query"), (key, "key"), (value, "value")))
+    if not mod.batch_first:
+        q, k, v = (cx.apply("permute", t, dims=(1, 0, 2)) if t.rank == 3 else t
+                   for t in (q, k, v))
+    if q.rank != 3:
+        raise UnsupportedOp(f"MultiheadAttention of a rank-{q.rank} query (batched only)")
+    e, h = mod.embed_dim, mod.num_heads
+    b_in = mod.in_proj_bias
+    if mod._qkv_same_embed_dim and q is k is v:
+        qkv = _l_linear(cx, q, cx.param(mod.in_proj_weight, "in_proj_weight"),
+                        cx.param(b_in, "in_proj_bias"))
+        q, k, v = _l_split(cx, qkv, [e, e, e], -1)
+    else:
+        ws = [mod.in_proj_weight[i * e:(i + 1) * e] for i in range(3)] if \
+            mod._qkv_same_embed_dim else [mod.q_proj_weight, mod.k_proj_weight, mod.v_proj_weight]
+        bs = [None if b_in is None else b_in[i * e:(i + 1) * e] for i in range(3)]
+        q, k, v = (_l_linear(cx, t, cx.param(w.detach(), f"{n}_proj_weight"),
+                             None if b is None else cx.param(b.detach(), f"{n}_proj_bias"))
+                   for t, w, b, n in zip((q, k, v), ws, bs, "qkv"))
+
+    def heads(t: Value) -> Value:
+        n, s, _ = cx.g.dims(t)
+        return cx.apply("permute", cx.apply("reshape", t, shape=(n, s, h, e // h)),
+                        dims=(0, 2, 1, 3))
+
+    mask = None if attn_mask is None else tensor_arg(attn_mask, "attn_mask")
+    o = _l_sdpa(cx, heads(q), heads(k), heads(v), mask, is_causal=bool(is_causal))
+    n, _, s, _ = cx.g.dims(o)
+    o = cx.apply("reshape", cx.apply("permute", o, dims=(0, 2, 1, 3)), shape=(n, s, e))
+    o = _l_linear(cx, o, cx.param(mod.out_proj.weight, "out_proj.weight"),
+                  cx.param(mod.out_proj.bias, "out_proj.bias"))
+    if not mod.batch_first:
+        o = cx.apply("permute", o, dims=(1, 0, 2))
+    return o, None
+
+
+# --- tables ---------------------------------------------------------------------------------------
+
+LOWERINGS: dict[str, Callable] = {
+    "conv2d": _l_conv2d, "linear": _l_linear, "matmul": _l_matmul, "bmm": _ranked(3),
+    "mm": _ranked(2), "addmm": _l_addmm, "sdpa": _l_sdpa,
+    "batch_norm": _l_batch_norm, "layer_norm": _l_layer_norm,
+    "softmax": _softmax(False), "log_softmax": _softmax(True),
+    **{op: _act(op) for op in ("silu", "hardswish", "hardsigmoid")},
+    "relu6": _l_relu6, "hardtanh": _l_hardtanh, "gelu": _l_gelu, "clamp": _l_clamp,
+    "dropout": _l_dropout, "stochastic_depth": _l_stochastic_depth,
+    "max_pool2d": _l_max_pool2d, "avg_pool2d": _l_avg_pool2d,
+    "adaptive_avg_pool2d": _l_adaptive_avg_pool2d,
+    "getitem": _l_getitem, "narrow": _l_narrow, "cat": _l_cat, "stack": _l_stack,
+    "unsqueeze": _l_unsqueeze, "squeeze": _l_squeeze, "split": _l_split, "chunk": _l_chunk,
+    "unbind": _l_unbind, "pad": _l_pad, "expand": _l_expand, "expand_as": _l_expand_as,
+    "roll": _l_roll, "t": _l_t,
+}
+
+FUNCTIONS: dict[Any, tuple[str, bool]] = {
+    F.conv2d: ("conv2d", False), F.linear: ("linear", False), torch.matmul: ("matmul", False),
+    operator.matmul: ("matmul", False), torch.bmm: ("bmm", False), torch.mm: ("mm", False),
+    torch.addmm: ("addmm", False), F.scaled_dot_product_attention: ("sdpa", False),
+    F.batch_norm: ("batch_norm", False), F.layer_norm: ("layer_norm", False),
+    F.softmax: ("softmax", False), torch.softmax: ("softmax", False),
+    F.log_softmax: ("log_softmax", False), torch.log_softmax: ("log_softmax", False),
+    F.silu: ("silu", False), F.hardswish: ("hardswish", False),
+    F.hardsigmoid: ("hardsigmoid", False), F.relu6: ("relu6", False),
+    F.hardtanh: ("hardtanh", False), F.gelu: ("gelu", False), torch.clamp: ("clamp", False),
+    torch.clip: ("clamp", False), F.dropout: ("dropout", False),
+    torchvision.ops.stochastic_depth: ("stochastic_depth", False),
+    F.max_pool2d: ("max_pool2d", False), F.avg_pool2d: ("avg_pool2d", False),
+    F.adaptive_avg_pool2d: ("adaptive_avg_pool2d", False),
+    torch.narrow: ("narrow", False), torch.cat: ("cat", False), torch.concat: ("cat", False),
+    torch.stack: ("stack", False), torch.unsqueeze: ("unsqueeze", False),
+    torch.squeeze: ("squeeze", False), torch.split: ("split", False),
+    torch.chunk: ("chunk", False), torch.unbind: ("unbind", False), F.pad: ("pad", False),
+    torch.roll: ("roll", False), torch.t: ("t", False),
+    F.hardtanh_: ("hardtanh", True),
+}
+"""fx ``call_function`` target -> (lowering name, in place)."""
+
+METHODS: dict[str, tuple[str, bool]] = {
+    **{n: (n, False) for n in ("matmul", "bmm", "mm", "softmax", "log_softmax", "clamp",
+                               "narrow", "unsqueeze", "squeeze", "split", "chunk", "unbind",
+                               "expand", "expand_as", "roll", "t")},
+    "clip": ("clamp", False), "clamp_": ("clamp", True), "unsqueeze_": ("unsqueeze", True),
+}
+"""fx ``call_method`` name -> (lowering name, in place)."""
+
+MODULE_ATTRS: dict[type, tuple[str, tuple[str, ...]]] = {
+    nn.ReLU6: ("relu6", ("inplace",)), nn.Hardtanh: ("hardtanh", ("min_val", "max_val")),
+    nn.GELU: ("gelu", ("approximate",)), nn.SiLU: ("silu", ("inplace",)),
+    nn.Hardswish: ("hardswish", ("inplace",)), nn.Hardsigmoid: ("hardsigmoid", ("inplace",)),
+    nn.MaxPool2d: ("max_pool2d", ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                  "return_indices")),
+    nn.AvgPool2d: ("avg_pool2d", ("kernel_size", "stride", "padding", "ceil_mode",
+                                  "count_include_pad", "divisor_override")),
+    nn.AdaptiveAvgPool2d: ("adaptive_avg_pool2d", ("output_size",)),
+    nn.Dropout: ("dropout", ("p", "training")), nn.Softmax: ("softmax", ("dim",)),
+    nn.LogSoftmax: ("log_softmax", ("dim",)),
+    torchvision.ops.StochasticDepth: ("stochastic_depth", ("p", "mode", "training")),
+}
+"""leaf module type -> (lowering name, module attributes passed as keyword arguments)."""
+
+MODULES: dict[type, Callable] = {
+    nn.Conv2d: _m_conv2d, nn.Linear: _m_linear, nn.BatchNorm2d: _m_batch_norm,
+    nn.BatchNorm1d: _m_batch_norm, nn.LayerNorm: _m_layer_norm,
+    nn.MultiheadAttention: _m_mha,
+}
+"""leaf module type -> lowering ``fn(cx, module, *args, **kwargs)`` (modules with parameters)."""

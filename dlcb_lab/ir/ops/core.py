@@ -1,0 +1,196 @@
+"""``OpDef``, the one way to declare an op, and the registry. Each op declares (1) its shape
+constraints (``infer``), (2) its reverse coordinate transform (``reverse``: output coordinates ->
+each tensor input's coordinates, used by kgen), (3) its reference semantics (``reference``: a torch
+call, also the source of its dtype rule, and what a library thunk calls at run time) and, for
+elementwise ops, (4) its scalar code in CUDA C++ and Python (``cuda``/``py``: format strings over
+operand spellings ``{0}, {1}, ...`` and ``{z}``, zero in the compute dtype). An ``OpDef`` pickles
+by name, so graphs pickle.
+
+Op kinds and what kgen does with them:
+
+- ``ELEMENTWISE``: a broadcasting map; inlined into the consuming kernel.
+- ``RESHAPE``/``PERMUTE``/``TRANSFORM``: pure coordinate transforms (``reverse`` gives the one
+  input's coordinates); inlined, no code of their own but index arithmetic.
+- ``SELECT``: each tensor input valid on part of the output (``reverse`` gives ``Guarded``
+  coordinates; pad, cat): the first input whose guard holds, else ``attrs["value"]``.
+- ``REDUCE``: a loop over a window (``window``) per output element; materialized.
+- ``LIBRARY``: computed by ``reference`` on materialized operands (a vendor library through ATen);
+  materialized.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import string
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+
+import torch
+
+from ...dims import Expr, lit
+from ...errors import DTypeError
+
+if TYPE_CHECKING:
+    from ..graph import Graph, Node
+
+Coords = list[Expr]
+Scalar = bool | int | float
+
+
+class OpKind(enum.Enum):
+    ELEMENTWISE = "elementwise"   # broadcasting map over operands; scalar code in cuda/py
+    RESHAPE = "reshape"           # pure coordinate transform (row-major re-indexing)
+    PERMUTE = "permute"           # pure coordinate transform (axis reordering)
+    TRANSFORM = "transform"       # pure coordinate transform (slice, expand, roll)
+    SELECT = "select"             # guarded choice among inputs (pad, cat)
+    REDUCE = "reduce"             # a loop over a window per output element; materialized
+    LIBRARY = "library"           # vendor library call through ATen; materialized
+
+    @property
+    def is_transform(self) -> bool:
+        """A pure coordinate transform: the output is the input re-indexed (a view in torch)."""
+        return self in (OpKind.RESHAPE, OpKind.PERMUTE, OpKind.TRANSFORM)
+
+    @property
+    def materialized(self) -> bool:
+        """The op's result always gets a buffer."""
+        return self in (OpKind.REDUCE, OpKind.LIBRARY)
+
+
+class Guard(NamedTuple):
+    """``lo <= expr < hi`` (an input coordinate in range)."""
+
+    expr: Expr
+    lo: Expr
+    hi: Expr
+
+
+class Guarded(NamedTuple):
+    """Input coordinates valid only where every guard holds."""
+
+    coords: Coords
+    guards: tuple[Guard, ...]
+
+
+def in_bounds(coords: Sequence[Expr], dims: Sequence[Expr], axes: Sequence[int]) -> Guarded:
+    """``coords`` guarded to ``0 <= coords[a] < dims[a]`` on ``axes``."""
+    return Guarded(list(coords), tuple(Guard(coords[a], lit(0), dims[a]) for a in axes))
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a ``REDUCE`` node reduces for one output element: loop ``extents`` (expressions of the
+    output coordinates and runtime dims), ``bounds`` (exclusive upper bounds of the loop variables
+    in runtime dims alone) and the ``count`` a mean divides by (None: the elements whose guards
+    hold, counted in the loop)."""
+
+    extents: tuple[Expr, ...]
+    bounds: tuple[Expr, ...]
+    count: Expr | None
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: OpKind
+    infer: Callable[["Graph", "Node"], Any]
+    reverse: Callable[..., list] | None
+    reference: Callable[..., torch.Tensor]
+    cuda: str = ""
+    py: str = ""
+    window: Callable[["Graph", "Node", Coords], Window] | None = None
+    sample: Callable[[int], tuple[tuple, dict]] | None = None
+    """Operands and attributes for the registry test (``tests/test_ops.py``) at batch size ``n``;
+    None: the test derives them from the kind and arity."""
+    floating: bool = False
+    """The dtype rule is "the input's floating dtype" (ops whose reference cannot run on
+    one-element tensors, e.g. a pooling window larger than 1)."""
+
+    @property
+    def arity(self) -> int:
+        """Operand count: the numbered fields of the scalar code (1 for non-elementwise ops)."""
+        fields = {f for _, f, _, _ in string.Formatter().parse(self.cuda) if f and f.isdigit()}
+        return len(fields) or 1
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name}, {self.kind.value})"
+
+    def __reduce__(self):
+        return (op_def, (self.name,))
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def op_def(name: str) -> OpDef:
+    return OPS[name]
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} registered twice")
+    OPS[op.name] = op
+    return op
+
+
+def is_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float))
+
+
+# --- dtype rule: the reference on one-element tensors -------------------------------------------------
+
+def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
+    """(output dtype, compute dtype) of ``node``, by running its reference on one-element CPU
+    tensors of the operands' ranks and dtypes (so torch's type promotion, 0-d and Python-scalar
+    rules apply; meta tensors would import torch._dynamo, seconds on first use).
+    Elementwise ops compute in the output dtype, except predicates (bool output), which compare in
+    the operands' promoted dtype; coordinate transforms keep their input's dtype; library ops
+    require one floating dtype. ``DTypeError`` when torch rejects the dtypes."""
+    kind = node.op.kind
+    tensors = node.tensor_inputs()
+    if kind.is_transform:
+        return tensors[0].dtype, tensors[0].dtype
+    if kind is OpKind.SELECT:   # pad keeps its dtype; cat promotes as torch.cat does
+        out = functools.reduce(torch.promote_types, [x.dtype for x in tensors])
+        return out, out
+    if kind is OpKind.LIBRARY or node.op.floating:
+        dts = {x.dtype for x in tensors}
+        if len(dts) != 1 or not next(iter(dts)).is_floating_point:
+            raise DTypeError(f"operands must share one floating dtype, got "
+                             f"{', '.join(str(x.dtype).removeprefix('torch.') for x in tensors)}")
+        return tensors[0].dtype, tensors[0].dtype
+    args = [x if is_scalar(x) else torch.zeros((1,) * x.rank, dtype=x.dtype)
+            for x in node.inputs]
+    try:
+        out = node.op.reference(*args, **node.attrs).dtype
+    except (RuntimeError, TypeError, NotImplementedError, IndexError) as err:
+        dts = ", ".join(str(x.dtype).removeprefix("torch.") for x in tensors)
+        raise DTypeError(f"torch rejects operand dtypes ({dts}): {str(err).splitlines()[0]}") \
+            from None
+    compute = out
+    if out is torch.bool and kind is OpKind.ELEMENTWISE:
+        compute = args[0].dtype if len(args) == 1 else torch.result_type(*args[:2])
+    return out, compute
+
+
+# --- row-major index arithmetic -------------------------------------------------------------------
+
+def linear_index(coords: Sequence[Expr], dims: Sequence[Expr]) -> Expr:
+    """Row-major flat index of ``coords`` in a contiguous tensor of shape ``dims``."""
+    idx: Expr = lit(0)
+    for c, d in zip(coords, dims):
+        idx = idx * d + c
+    return idx
+
+
+def delinearize(flat: Expr, dims: Sequence[Expr]) -> list[Expr]:
+    """Row-major coordinates of flat index ``flat`` in shape ``dims`` (the outermost one is not
+    reduced modulo its extent: ``flat`` is assumed in range)."""
+    out: list[Expr] = []
+    stride: Expr = lit(1)
+    for k in reversed(range(len(dims))):
+        q = flat // stride
+        out.append(q % dims[k] if k else q)
+        stride = stride * dims[k]
+    return out[::-1]

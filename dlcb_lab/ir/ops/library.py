@@ -1,0 +1,156 @@
+"""Library ops: computed by a vendor library through the ATen op in ``reference`` (cuDNN/cuBLAS
+on CUDA, oneDNN/MKL on CPU), on materialized operands, with runtime shapes. Their bias, folded
+batch norm, residual add and activation are separate elementwise ops in the IR, fused into the
+generated kernel that consumes the library result (its epilogue)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from ...dims import Expr, Lit, Shape, shape
+from ...errors import ShapeError, UnsupportedOp
+from .core import OpDef, OpKind, register
+from .elementwise import broadcast_dims
+from .reduction import pool_extent
+
+if TYPE_CHECKING:
+    from ..graph import Graph, Node
+
+
+def _library(name: str, infer, reference, sample) -> None:
+    register(OpDef(name, OpKind.LIBRARY, infer, None, reference, sample=sample))
+
+
+def _literal(e: Expr, what: str) -> int:
+    if not isinstance(e, Lit):
+        raise UnsupportedOp(f"{what} is symbolic ({e!r}); it must be a literal")
+    return e.value
+
+
+def _rng(n: int) -> torch.Generator:
+    return torch.Generator().manual_seed(n)
+
+
+# --- conv2d (bias separate) -------------------------------------------------------------------
+
+def _infer_conv(g: "Graph", node: "Node") -> Shape:
+    x, w = node.inputs
+    if x.rank != 4 or w.rank != 4:
+        raise ShapeError(f"conv2d needs a rank-4 input and weight, got ranks {x.rank}, {w.rank}")
+    a = node.attrs
+    groups = a["groups"]
+    n, c, h, wd = g.dims(x)
+    o, ci, kh, kw = g.dims(w)
+    g.constrain(c, ci * groups, node, f"input channels (axis 1) == weight axis 1 x groups "
+                                      f"{groups}")
+    if _literal(o, "output channels") % groups:
+        raise ShapeError(f"{o!r} output channels not divisible by groups {groups}")
+    k = (_literal(kh, "kernel height"), _literal(kw, "kernel width"))
+    dims = [g.solver.resolve(n), o]
+    for i, (d, name) in enumerate(((h, "H"), (wd, "W"))):
+        if a["padding"] == "same":
+            if a["stride"][i] != 1:
+                raise ShapeError("padding='same' needs stride 1")
+            dims.append(g.solver.resolve(d))
+        else:
+            dims.append(pool_extent(g, node, g.solver.resolve(d), k[i], a["stride"][i],
+                                    a["padding"][i], a["dilation"][i], False,
+                                    f"axis {2 + i} ({name})"))
+    return shape(dims)
+
+
+def _ref_conv(x, w, stride, padding, dilation, groups):
+    return F.conv2d(x, w, None, stride, padding, dilation, groups)
+
+
+def _sample_conv(n: int):
+    g = _rng(n)
+    return ((torch.randn(n, 4, 9, 8, generator=g), torch.randn(6, 2, 3, 2, generator=g)),
+            {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "groups": 2})
+
+
+_library("conv2d", _infer_conv, _ref_conv, _sample_conv)
+
+
+# --- matmul (torch.matmul: 1-D operands and broadcast batch axes) -----------------------------
+
+def _infer_matmul(g: "Graph", node: "Node") -> Shape:
+    a, b = node.inputs
+    if a.rank == 0 or b.rank == 0:
+        raise ShapeError("matmul operands must have rank >= 1")
+    da, db = list(g.dims(a)), list(g.dims(b))
+    ka = da[-1]
+    kb = db[0] if b.rank == 1 else db[-2]
+    g.constrain(ka, kb, node, f"contraction: operand 0 axis {a.rank - 1} with operand 1 axis "
+                              f"{0 if b.rank == 1 else b.rank - 2}")
+    rows = [] if a.rank == 1 else [da[-2]]
+    cols = [] if b.rank == 1 else [db[-1]]
+    batch = broadcast_dims(g, node, [(0, da[:-2]), (1, db[:-2])])
+    return shape([g.solver.resolve(d) for d in batch + rows + cols])
+
+
+def _sample_matmul(n: int):
+    g = _rng(n)
+    return (torch.randn(n, 1, 3, 5, generator=g), torch.randn(4, 5, 2, generator=g)), {}
+
+
+_library("matmul", _infer_matmul, torch.matmul, _sample_matmul)
+
+
+# --- linear (x @ w.T, bias separate) ----------------------------------------------------------
+
+def _infer_linear(g: "Graph", node: "Node") -> Shape:
+    x, w = node.inputs
+    if x.rank < 1 or w.rank != 2:
+        raise ShapeError(f"linear needs an input of rank >= 1 and a rank-2 weight, got ranks "
+                         f"{x.rank}, {w.rank}")
+    dx, dw = g.dims(x), g.dims(w)
+    g.constrain(dx[-1], dw[1], node, f"in_features: input axis {x.rank - 1} with weight axis 1")
+    return shape([*(g.solver.resolve(d) for d in dx[:-1]), dw[0]])
+
+
+def _ref_linear(x, w):
+    return F.linear(x, w)
+
+
+def _sample_linear(n: int):
+    g = _rng(n)
+    return (torch.randn(n, 3, 5, generator=g), torch.randn(4, 5, generator=g)), {}
+
+
+_library("linear", _infer_linear, _ref_linear, _sample_linear)
+
+
+# --- scaled dot-product attention (optional additive/boolean mask operand) --------------------
+
+def _infer_sdpa(g: "Graph", node: "Node") -> Shape:
+    q, k, v, *mask = node.inputs
+    if not q.rank == k.rank == v.rank or q.rank < 2:
+        raise ShapeError(f"q, k, v need one rank >= 2, got {q.rank}, {k.rank}, {v.rank}")
+    dq, dk, dv = g.dims(q), g.dims(k), g.dims(v)
+    for i in range(q.rank - 2):
+        g.constrain(dq[i], dk[i], node, f"batch axis {i}: q with k")
+        g.constrain(dq[i], dv[i], node, f"batch axis {i}: q with v")
+    g.constrain(dq[-1], dk[-1], node, "embedding: q last axis with k last axis")
+    g.constrain(dk[-2], dv[-2], node, "sequence: k axis -2 with v axis -2")
+    if mask:
+        bcast = broadcast_dims(g, node, [(0, [*dq[:-1], dk[-2]]), (3, g.dims(mask[0]))])
+        if len(bcast) != q.rank:
+            raise ShapeError(f"attn_mask of rank {mask[0].rank} > {q.rank}")
+    return shape([*(g.solver.resolve(d) for d in dq[:-1]), g.solver.resolve(dv[-1])])
+
+
+def _ref_sdpa(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal, scale=scale)
+
+
+def _sample_sdpa(n: int):
+    g = _rng(n)
+    return ((torch.randn(n, 2, 5, 4, generator=g), torch.randn(n, 2, 6, 4, generator=g),
+             torch.randn(n, 2, 6, 3, generator=g)), {"is_causal": False, "scale": None})
+
+
+_library("sdpa", _infer_sdpa, _ref_sdpa, _sample_sdpa)

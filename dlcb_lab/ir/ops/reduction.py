@@ -1,0 +1,245 @@
+"""Reductions: a loop over a window per output element. ``sum``/``mean``/``amax`` reduce whole
+axes; the pools reduce a (strided, dilated, padded) window of the last two axes, whose output
+extents are floor-division expressions of the input dims (never specialized to the traced value).
+Padding and ``ceil_mode`` overhang are guards: a guarded-out element is skipped."""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...dims import Expr, Lit, Shape, lit, prod, shape
+from ...errors import ShapeError, UnsupportedOp
+from .core import Coords, Guarded, OpDef, OpKind, Window, in_bounds, register
+
+if TYPE_CHECKING:
+    from ..graph import Graph, Node
+
+
+class Combine(enum.Enum):
+    SUM = "sum"   # accumulated in double (floats) or int64 (integers), from 0
+    MAX = "max"   # NaN-propagating, from the lowest value; an empty extent is an error (as eager)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """Scalar semantics of a reduction; ``mean`` divides the sum by the window's count."""
+
+    combine: Combine
+    mean: bool = False
+
+
+REDUCTIONS: dict[str, Reduction] = {}
+
+
+def _register(name: str, red: Reduction, infer, reverse, reference, window, sample=None) -> None:
+    REDUCTIONS[name] = red
+    register(OpDef(name, OpKind.REDUCE, infer, reverse, reference, window=window, sample=sample,
+                   floating=sample is not None))
+
+
+# --- sum / mean / amax over axes ---------------------------------------------------------------
+
+def _infer_reduce(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    axes, keep = node.attrs["dims"], node.attrs["keepdim"]
+    if len(set(axes)) != len(axes) or not all(0 <= a < x.rank for a in axes):
+        raise ShapeError(f"axes {list(axes)} are not distinct axes of rank {x.rank}")
+    return shape(lit(1) if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes)
+
+
+def _reverse_reduce(g: "Graph", node: "Node", coords: Coords, *, loops: Coords = (), **_
+                    ) -> list[Coords]:
+    (x,) = node.inputs
+    axes, keep = node.attrs["dims"], node.attrs["keepdim"]
+    it = iter(loops)
+    out: Coords = []
+    j = 0
+    for a in range(x.rank):
+        if a in axes:
+            out.append(next(it))
+            j += keep
+        else:
+            out.append(coords[j])
+            j += 1
+    return [out]
+
+
+def reduced_extents(g: "Graph", node: "Node") -> list[Expr]:
+    (x,) = node.inputs
+    dims = g.dims(x)
+    return [dims[a] for a in node.attrs["dims"]]
+
+
+def _window_reduce(g: "Graph", node: "Node", coords: Coords) -> Window:
+    ext = tuple(reduced_extents(g, node))
+    return Window(ext, ext, prod(ext))
+
+
+def _ref_reduce(fn: Callable, x: torch.Tensor, dims: Sequence[int], keepdim: bool) -> torch.Tensor:
+    if not dims:   # IR: reduce over no axis (torch's dim=() would mean every axis)
+        return fn(x.unsqueeze(0), dim=0)
+    return fn(x, dim=tuple(dims), keepdim=keepdim)
+
+
+for _name, _fn, _red in (("sum", torch.sum, Reduction(Combine.SUM)),
+                         ("mean", torch.mean, Reduction(Combine.SUM, mean=True)),
+                         ("amax", torch.amax, Reduction(Combine.MAX))):
+    _register(_name, _red, _infer_reduce, _reverse_reduce, functools.partial(_ref_reduce, _fn),
+              _window_reduce)
+
+
+# --- pooling over the last two axes ------------------------------------------------------------
+
+def pool_extent(g: "Graph", node: "Node", d: Expr, k: int, s: int, p: int, dil: int,
+                ceil: bool, axis: str) -> Expr:
+    """Output extent of a pooling/convolution window over an axis of extent ``d`` (torch's
+    formula); a runtime requirement keeps at least one window in the (padded) axis."""
+    eff = dil * (k - 1) + 1
+    if k < 1 or s < 1 or dil < 1 or p < 0:
+        raise ShapeError(f"{axis}: kernel {k}, stride {s}, padding {p}, dilation {dil}")
+    g.require(d + 2 * p - eff, node, f"{axis}: padded extent {d!r} + 2*{p} holds the "
+                                     f"window ({eff})")
+    if not ceil:
+        return (d + 2 * p - eff) // s + 1
+    if isinstance(d, Lit):
+        out = -(-(d.value + 2 * p - eff) // s) + 1
+        return lit(out - 1 if (out - 1) * s >= d.value + p else out)
+    if p + s > eff:   # torch drops a last window starting in the padding; not expressible here
+        raise UnsupportedOp(f"{axis}: ceil_mode with stride {s} + padding {p} > window {eff} "
+                            f"and a symbolic extent {d!r}")
+    return (d + 2 * p - eff + s - 1) // s + 1
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _pool_params(node: "Node"):
+    a = node.attrs
+    return (_pair(a["kernel_size"]), _pair(a["stride"]), _pair(a["padding"]),
+            _pair(a.get("dilation", 1)), a["ceil_mode"])
+
+
+def _infer_pool(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    if x.rank not in (3, 4):
+        raise ShapeError(f"pooling needs a rank-3 or rank-4 input, got rank {x.rank}")
+    k, s, p, dil, ceil = _pool_params(node)
+    if any(2 * p[i] > k[i] for i in range(2)):
+        raise ShapeError(f"padding {p} exceeds half the kernel {k}")
+    dims = list(g.dims(x))
+    for i, name in ((0, "H"), (1, "W")):
+        a = x.rank - 2 + i
+        dims[a] = pool_extent(g, node, dims[a], k[i], s[i], p[i], dil[i], ceil,
+                              f"axis {a} ({name})")
+    return shape(dims)
+
+
+def _reverse_pool(g: "Graph", node: "Node", coords: Coords, *, loops: Coords = (), **_
+                  ) -> list[Guarded]:
+    (x,) = node.inputs
+    k, s, p, dil, ceil = _pool_params(node)
+    out = list(coords)
+    r = x.rank
+    for i in range(2):
+        out[r - 2 + i] = coords[r - 2 + i] * s[i] - p[i] + loops[i] * dil[i]
+    return [in_bounds(out, g.dims(x), (r - 2, r - 1))]
+
+
+def _window_pool(g: "Graph", node: "Node", coords: Coords) -> Window:
+    k, s, p, dil, ceil = _pool_params(node)
+    a = node.attrs
+    if node.op.name == "max_pool2d":
+        count: Expr | None = lit(k[0] * k[1])   # unused (max)
+    elif a.get("divisor_override"):
+        count = lit(a["divisor_override"])
+    elif a.get("count_include_pad", True):
+        if ceil and any(si > 1 for si in s):   # torch clips the window at the padded extent
+            raise UnsupportedOp("avg_pool2d with ceil_mode, count_include_pad and stride > 1")
+        count = lit(k[0] * k[1])
+    else:
+        count = None   # the elements in the input
+    return Window((lit(k[0]), lit(k[1])), (lit(k[0]), lit(k[1])), count)
+
+
+def _sample_pool(**attrs):
+    def sample(n: int) -> tuple[tuple, dict]:
+        x = torch.randn(n, 3, 9, 8, generator=torch.Generator().manual_seed(n))
+        return (x,), dict(attrs)
+    return sample
+
+
+def _ref_max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
+    return F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def _ref_avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad=True,
+                  divisor_override=None):
+    return F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override)
+
+
+_register("max_pool2d", Reduction(Combine.MAX), _infer_pool, _reverse_pool, _ref_max_pool,
+          _window_pool, _sample_pool(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1),
+                                     dilation=(1, 1), ceil_mode=True))
+_register("avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_pool, _reverse_pool,
+          _ref_avg_pool, _window_pool,
+          _sample_pool(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=False,
+                       count_include_pad=False, divisor_override=None))
+
+
+# --- adaptive average pooling: window [o*D//n, ceil((o+1)*D/n)) for n outputs ------------
+
+def _infer_adaptive(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    if x.rank not in (3, 4):
+        raise ShapeError(f"adaptive pooling needs a rank-3 or rank-4 input, got rank {x.rank}")
+    dims = list(g.dims(x))
+    for i, o in enumerate(node.attrs["output_size"]):
+        a = x.rank - 2 + i
+        g.require(dims[a] - 1, node, f"axis {a} of extent {dims[a]!r} is not empty")
+        dims[a] = lit(o)
+    return shape(dims)
+
+
+def _adaptive_bounds(d: Expr, o: Expr, n_out: int) -> tuple[Expr, Expr]:
+    """(window start, window end) of output ``o`` of ``n_out`` over an axis of extent ``d``."""
+    return (o * d) // n_out, ((o + 1) * d + n_out - 1) // n_out
+
+
+def _window_adaptive(g: "Graph", node: "Node", coords: Coords) -> Window:
+    (x,) = node.inputs
+    dims = g.dims(x)
+    ext, bounds = [], []
+    for i, n_out in enumerate(node.attrs["output_size"]):
+        a = x.rank - 2 + i
+        lo, hi = _adaptive_bounds(dims[a], coords[a], n_out)
+        ext.append(hi - lo)
+        bounds.append(dims[a] if n_out == 1 else dims[a] // n_out + 2)
+    return Window(tuple(ext), tuple(bounds), ext[0] * ext[1])
+
+
+def _reverse_adaptive(g: "Graph", node: "Node", coords: Coords, *, loops: Coords = (), **_
+                      ) -> list[Coords]:
+    (x,) = node.inputs
+    dims = g.dims(x)
+    out = list(coords)
+    for i, n_out in enumerate(node.attrs["output_size"]):
+        a = x.rank - 2 + i
+        out[a] = _adaptive_bounds(dims[a], coords[a], n_out)[0] + loops[i]
+    return [out]
+
+
+def _ref_adaptive(x, output_size):
+    return F.adaptive_avg_pool2d(x, tuple(output_size))
+
+
+_register("adaptive_avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_adaptive,
+          _reverse_adaptive, _ref_adaptive, _window_adaptive,
+          _sample_pool(output_size=(4, 3)))

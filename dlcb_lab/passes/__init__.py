@@ -1,0 +1,38 @@
+"""Graph passes (paper §2.2.1-2.2.3). Each pass is a function ``Graph -> Graph`` that rewrites the
+graph in place, returns it, and states its contract in its docstring; ``run_passes`` applies them in
+order and keeps a ``PassRecord`` per pass (what it changed, for the notebook layer).
+
+Order: ``fold_constants`` (parameters-only subgraphs evaluated at compile time), ``rewrite``
+(pattern rules as data: batch norm into the preceding convolution, identities removed),
+``fold_constants`` again, ``eliminate_dead``, ``fuse`` (which shared values get a buffer), then
+``assign_layouts`` (a layout for every value) and ``partition`` (library and generated regions,
+the fused groups), which only record."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..ir.graph import Graph
+from .core import PassRecord, eliminate_dead, fold_constants
+from .layout import assign_layouts
+from .partition import Partition, fuse, partition
+from .rewrite import REWRITES, rewrite
+
+PIPELINE: tuple[Callable[[Graph, list[str]], Graph], ...] = (
+    fold_constants, rewrite, fold_constants, eliminate_dead, fuse, assign_layouts, partition)
+
+
+def run_passes(g: Graph) -> tuple[Graph, tuple[PassRecord, ...]]:
+    """Apply ``PIPELINE`` to ``g``; returns the graph and one record per pass."""
+    records = []
+    for p in PIPELINE:
+        log: list[str] = []
+        t0 = time.perf_counter()
+        g = p(g, log)
+        records.append(PassRecord(p.__name__, tuple(log), time.perf_counter() - t0))
+    return g, tuple(records)
+
+
+__all__ = ["PIPELINE", "PassRecord", "Partition", "REWRITES", "assign_layouts", "eliminate_dead",
+           "fold_constants", "fuse", "partition", "rewrite", "run_passes"]

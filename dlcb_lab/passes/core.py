@@ -1,0 +1,117 @@
+"""Graph surgery shared by the passes: use lists, value replacement, constant folding and dead
+code elimination."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..dims import Expr, Lit, shape
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import OpKind
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """What one pass changed: one line per change."""
+
+    name: str
+    changes: tuple[str, ...]
+    seconds: float
+
+    def __repr__(self) -> str:
+        head = f"{self.name}: {len(self.changes)} changes ({self.seconds * 1e3:.1f} ms)"
+        return "\n".join([head] + [f"  {c}" for c in self.changes[:20]] +
+                         ([f"  ... {len(self.changes) - 20} more"] if len(self.changes) > 20
+                          else []))
+
+
+def uses(g: Graph) -> dict[int, list[Node]]:
+    """Value id -> the nodes reading it."""
+    out: dict[int, list[Node]] = {}
+    for n in g.nodes:
+        for x in n.tensor_inputs():
+            out.setdefault(x.id, []).append(n)
+    return out
+
+
+def replace_value(g: Graph, old: Value, new: Value) -> None:
+    """Every read of ``old`` (and the graph outputs) now reads ``new``."""
+    for n in g.nodes:
+        if any(x is old for x in n.inputs):
+            n.inputs = tuple(new if x is old else x for x in n.inputs)
+    g.outputs = [new if o is old else o for o in g.outputs]
+
+
+def constant_of(g: Graph, v: Value) -> torch.Tensor | None:
+    for c, t in g.constants:
+        if c is v:
+            return t
+    return None
+
+
+def make_constant(g: Graph, v: Value, t: torch.Tensor) -> None:
+    """Turn node output ``v`` into a constant holding ``t`` (its producer is dropped)."""
+    g.nodes.remove(v.producer)
+    v.producer = None
+    v.shape = shape(int(d) for d in t.shape)
+    g.inputs.append(v)   # constants follow the user inputs, in ``constants`` order
+    g.constants.append((v, t))
+
+
+def _static(attr) -> bool:
+    if isinstance(attr, Expr):
+        return isinstance(attr, Lit)
+    if isinstance(attr, (tuple, list)):
+        return all(_static(a) for a in attr)
+    return True
+
+
+def fold_constants(g: Graph, log: list[str]) -> Graph:
+    """Evaluate, at compile time, every node whose tensor operands are all constants (parameters
+    and buffers) and whose attributes are literal, with its torch reference; its output becomes a
+    constant. Leaves: no node with only constant operands."""
+    consts = {v.id: t for v, t in g.constants}
+    for n in list(g.nodes):
+        tensors = n.tensor_inputs()
+        if not tensors or any(x.id not in consts for x in tensors) or \
+                not all(_static(a) for a in n.attrs.values()):
+            continue
+        with torch.no_grad():
+            args = [consts[x.id] if isinstance(x, Value) else x for x in n.inputs]
+            t = n.op.reference(*args, **n.attrs).to(n.out.dtype).contiguous()
+        make_constant(g, n.out, t)
+        consts[n.out.id] = t
+        log.append(f"%{n.out.name} = {n.op.name}({', '.join(_names(n))}) -> constant "
+                   f"{list(t.shape)}")
+    return g
+
+
+def _names(n: Node) -> list[str]:
+    return [f"%{x.name}" if isinstance(x, Value) else repr(x) for x in n.inputs]
+
+
+def eliminate_dead(g: Graph, log: list[str]) -> Graph:
+    """Drop nodes whose result nothing reads (and that are not outputs), then constants nothing
+    reads. Leaves: every node and constant is used."""
+    live = {v.id for v in g.outputs}
+    kept = []
+    for n in reversed(g.nodes):
+        if n.out.id in live:
+            kept.append(n)
+            live.update(x.id for x in n.tensor_inputs())
+        else:
+            log.append(f"dead %{n.out.name} = {n.op.name}")
+    g.nodes = kept[::-1]
+    dead = [v for v, _ in g.constants if v.id not in live]
+    if dead:
+        ids = {v.id for v in dead}
+        g.constants = [(v, t) for v, t in g.constants if v.id not in ids]
+        g.inputs = [v for v in g.inputs if v.id not in ids]
+        log.append(f"dropped {len(dead)} unused constants")
+    return g
+
+
+def is_library(n: Node) -> bool:
+    return n.op.kind is OpKind.LIBRARY

@@ -1,0 +1,142 @@
+"""Partition into library and generated regions, and fusion. Each materialized value is one
+thunk step: a library call (its op alone) or a generated kernel computing the value from buffers,
+with every non-materialized producer inlined (elementwise chains, broadcasts, reshape/permute,
+pad, slicing, cat, and the epilogue of a library op it reads: bias, folded batch norm, residual
+add, activation). ``Partition`` is the per-step table (``cm.pipeline.partition``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.graph import Graph, Value
+from ..ir.ops import OpKind
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    kind: str                 # "library" or "generated"
+    value: str                # the materialized value
+    ops: tuple[str, ...]      # ops computed by the step, producer first
+    reads: tuple[str, ...]    # buffers read
+    launches: int             # kernel launches per call (library: ATen calls)
+
+
+@dataclass(frozen=True)
+class Partition:
+    steps: tuple[Step, ...]
+
+    def counts(self) -> dict[str, int]:
+        return {k: sum(1 for s in self.steps if s.kind == k) for k in ("library", "generated")}
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([(s.index, s.kind, s.value, len(s.ops), " ".join(s.ops), s.launches)
+                             for s in self.steps],
+                            columns=["step", "kind", "value", "n_ops", "ops", "launches"])
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        lines = [f"Partition: {c['library']} library calls, {c['generated']} generated kernels"]
+        for s in self.steps:
+            ops = " ".join(s.ops)
+            lines.append(f"  {s.index:>3} {s.kind:<9} %{s.value} <- {ops[:90]}"
+                         f"{'...' if len(ops) > 90 else ''}")
+        return "\n".join(lines)
+
+
+def inlined(g: Graph, v: Value, mats: set[int]) -> list[Value]:
+    """The values a kernel computing ``v`` computes (``v`` last), producers first."""
+    seen: dict[int, Value] = {}
+
+    def walk(x: Value) -> None:
+        n = x.producer
+        if n is None or x.id in seen or (x.id in mats and x is not v):
+            return
+        for i in n.tensor_inputs():
+            walk(i)
+        seen[x.id] = x
+
+    walk(v)
+    return list(seen.values())
+
+
+SHARED_OPS, SHARED_READS = 4, 3
+"""A value inlined into two or more kernels is materialized when its inlined computation has at
+least ``SHARED_OPS`` ops or reads ``SHARED_READS`` non-constant buffers (recomputing a residual
+stream or a concatenation per consumer); cheaper shared values (a bias add, a broadcast, a
+centered row) are recomputed."""
+
+
+def fuse(g: Graph, log: list[str]) -> Graph:
+    """Choose the fusion groups: add to ``g.materialize`` each value whose recomputation in every
+    kernel that reads it would cost more than computing it once (``SHARED_OPS``,
+    ``SHARED_READS``), earliest first.
+    Leaves: every kernel root and its inlined producers (``inlined``) form the groups."""
+    while True:
+        mats = {v.id for v in g.materialized()}
+        users: dict[int, set[int]] = {}
+        for root in g.materialized():
+            if root.producer is None or root.producer.op.kind is OpKind.LIBRARY:
+                continue
+            for x in inlined(g, root, mats)[:-1]:
+                users.setdefault(x.id, set()).add(root.id)
+        pick = None
+        for n in g.nodes:
+            x = n.out
+            if len(users.get(x.id, ())) < 2 or n.op.kind.is_transform:
+                continue
+            consts = {c.name for c, _ in g.constants}
+            reads = [r for r in _reads(g, x, mats) if r not in consts]
+            if len(inlined(g, x, mats)) >= SHARED_OPS or len(reads) >= SHARED_READS:
+                pick = x
+                break
+        if pick is None:
+            return g
+        g.materialize.add(pick.id)
+        log.append(f"materialize %{pick.name} ({pick.producer.op.name}): inlined into "
+                   f"{len(users[pick.id])} kernels")
+
+
+def partition(g: Graph, log: list[str]) -> Graph:
+    """Set ``g.partition``: one step per materialized value with a producer, in graph order.
+    Changes nothing else."""
+    mats = g.materialized()
+    ids = {v.id for v in mats}
+    steps = []
+    for v in mats:
+        n = v.producer
+        if n is not None and n.op.kind is OpKind.LIBRARY:
+            reads = tuple(g.view_chain(x)[0].name for x in n.tensor_inputs())
+            steps.append(Step(len(steps), "library", v.name, (n.op.name,), reads, 1))
+            continue
+        ops = [x.producer.op.name for x in inlined(g, v, ids)] if n is not None else ["copy"]
+        reads = _reads(g, v, ids)
+        steps.append(Step(len(steps), "generated", v.name, tuple(ops), reads, 1))
+        epi = [r for r in reads if _library_output(g, r)]
+        if epi and len(ops) > 0:
+            log.append(f"%{v.name}: epilogue of {', '.join('%' + r for r in epi)} fused "
+                       f"({' '.join(ops)})")
+    g.partition = Partition(tuple(steps))
+    c = g.partition.counts()
+    log.insert(0, f"{c['library']} library calls, {c['generated']} generated kernels")
+    return g
+
+
+def _reads(g: Graph, v: Value, mats: set[int]) -> tuple[str, ...]:
+    out: dict[str, None] = {}
+
+    def walk(x: Value, top: bool) -> None:
+        if x.producer is None or (x.id in mats and not top):
+            out[x.name] = None
+            return
+        for i in x.producer.tensor_inputs():
+            walk(i, False)
+
+    walk(v, True)
+    return tuple(out)
+
+
+def _library_output(g: Graph, name: str) -> bool:
+    return any(n.out.name == name and n.op.kind is OpKind.LIBRARY for n in g.nodes)

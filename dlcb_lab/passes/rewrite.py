@@ -1,0 +1,128 @@
+"""Pattern rewrites as data: ``REWRITES`` lists ``(name, rule)`` pairs, each with a one-line
+comment; a rule looks at one node and either rewrites the graph around it (returning a description)
+or returns None. ``rewrite`` applies the list to a fixed point.
+
+Folding batch norm into a convolution needs no rule of its own: batch norm lowers to
+``x * scale + shift`` per channel (``scale``/``shift`` folded to constants), ``conv_scale`` moves
+``scale`` into the weight, and ``shift`` stays an elementwise add, fused as the epilogue of the
+kernel that reads the convolution."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..dims import as_expr
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import is_scalar
+from .core import constant_of, replace_value, uses
+
+Rule = Callable[[Graph, Node, dict], "str | None"]
+
+
+def _channel_vector(g: Graph, s: Value, rank: int) -> torch.Tensor | None:
+    """The constant ``s`` as a per-channel vector [C] if it broadcasts along axis 1 of a rank-
+    ``rank`` value only ([C, 1, 1] or [1, C, 1, 1]), else None."""
+    t = constant_of(g, s)
+    if t is None or t.dim() > rank or t.dim() < rank - 1:
+        return None
+    shape = [1] * (rank - t.dim()) + list(t.shape)
+    if any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    return t.reshape(-1)
+
+
+def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
+    """conv2d(x, W) * s  ->  conv2d(x, W * s[:, None, None, None])   (s per output channel)"""
+    if n.op.name != "mul" or len(n.inputs) != 2:
+        return None
+    for y, s in (n.inputs, n.inputs[::-1]):
+        if not isinstance(y, Value) or y.producer is None or y.producer.op.name != "conv2d" or \
+                len(use.get(y.id, ())) != 1 or is_scalar(s) or y.dtype != n.out.dtype:
+            continue
+        vec = _channel_vector(g, s, y.rank)
+        conv = y.producer
+        w = constant_of(g, conv.inputs[1])
+        if vec is None or w is None or vec.numel() != w.shape[0]:
+            continue
+        w2 = g.constant(f"{conv.inputs[1].name}*{s.name}",
+                        (w * vec.reshape(-1, 1, 1, 1)).to(w.dtype))
+        conv.inputs = (conv.inputs[0], w2)
+        replace_value(g, n.out, y)
+        g.nodes.remove(n)
+        return f"%{n.out.name}: conv2d %{y.name} scaled by %{s.name} -> weight %{w2.name}"
+    return None
+
+
+def _identity(g: Graph, n: Node, use: dict) -> str | None:
+    """x * 1, x + 0, x - 0, x / 1, to(x, x.dtype), same-shape reshape  ->  x"""
+    x = n.inputs[0]
+    if not isinstance(x, Value) or x.dtype != n.out.dtype or g.dims(x) != g.dims(n.out):
+        return None
+    other = n.inputs[1] if len(n.inputs) == 2 else None
+    same = (n.op.name in ("mul", "div") and other == 1 and not isinstance(other, bool)) or \
+        (n.op.name in ("add", "sub") and other == 0 and not isinstance(other, bool)) or \
+        n.op.name in ("to", "reshape") or \
+        (n.op.name == "permute" and tuple(n.attrs["dims"]) == tuple(range(x.rank)))
+    if not same:
+        return None
+    replace_value(g, n.out, x)
+    g.nodes.remove(n)
+    return f"%{n.out.name} = {n.op.name}(%{x.name}) is %{x.name}"
+
+
+def _reshape_of_reshape(g: Graph, n: Node, use: dict) -> str | None:
+    """reshape(reshape(x, s1), s2)  ->  reshape(x, s2)"""
+    if n.op.name != "reshape":
+        return None
+    x = n.inputs[0]
+    if x.producer is None or x.producer.op.name != "reshape":
+        return None
+    inner = x.producer.inputs[0]
+    n.inputs = (inner,)
+    n.attrs = dict(n.attrs, shape=tuple(g.dims(n.out)))
+    return f"%{n.out.name}: reshape of reshape %{x.name} -> reshape of %{inner.name}"
+
+
+def _slice_of_slice(g: Graph, n: Node, use: dict) -> str | None:
+    """slice(slice(x, a, s1, k1), a, s2, k2)  ->  slice(x, a, s1 + s2*k1, k1*k2)   (same axis)"""
+    if n.op.name != "slice":
+        return None
+    x = n.inputs[0]
+    inner = x.producer
+    if inner is None or inner.op.name != "slice" or inner.attrs["dim"] != n.attrs["dim"]:
+        return None
+    a, b = inner.attrs, n.attrs
+    n.inputs = inner.inputs
+    n.attrs = dict(b, start=as_expr(a["start"]) + as_expr(b["start"]) * a["step"],
+                   step=a["step"] * b["step"])
+    return f"%{n.out.name}: slice of slice %{x.name} -> one slice"
+
+
+REWRITES: list[tuple[str, Rule]] = [
+    ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
+    ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
+    ("slice_of_slice", _slice_of_slice),        # slice(slice(x)) on one axis -> slice(x)
+    ("conv_scale", _conv_scale),                # conv2d(x, W) * s  ->  conv2d(x, W * s)
+]
+
+
+def rewrite(g: Graph, log: list[str]) -> Graph:
+    """Apply ``REWRITES`` until none applies (each rule keeps shapes, dtypes and values of the
+    graph outputs). Leaves: no rule matches."""
+    changed = True
+    rounds = 0
+    while changed and rounds < 50:
+        changed, rounds = False, rounds + 1
+        for name, rule in REWRITES:
+            use = uses(g)
+            for n in list(g.nodes):
+                if n not in g.nodes:
+                    continue
+                what = rule(g, n, use)
+                if what is not None:
+                    log.append(f"{name}: {what}")
+                    changed = True
+                    use = uses(g)
+    return g
