@@ -172,8 +172,12 @@ def run_opaque(cx: Cx, fn: Any, args: tuple, kwargs: dict) -> Any:
             return {k: wrap(y) for k, y in x.items()}
         return x
 
-    with torch.no_grad():
-        out = fn(*wrap(args), **wrap(kwargs))
+    try:
+        with torch.no_grad():
+            out = fn(*wrap(args), **wrap(kwargs))
+    except TypeError as err:   # e.g. ``N > 3`` on a dimension expression
+        raise UnsupportedOp(f"{fn.__qualname__}: {err} (Python code on a symbolic size)") \
+            from None
     return _to_ir(cx, out) if isinstance(out, torch.Tensor) else _unwrap(out)
 
 

@@ -170,9 +170,11 @@ class Graph:
 
     def view_chain(self, v: Value) -> tuple[Value, list[Node]]:
         """``v`` as (base, coordinate transforms applied to the base in order): the base is the
-        first value up the producer chain that is not a pure coordinate transform."""
+        first value up the producer chain that is materialized or not a pure coordinate
+        transform."""
         chain: list[Node] = []
-        while v.producer is not None and v.producer.op.kind.is_transform:
+        while v.producer is not None and v.producer.op.kind.is_transform and \
+                v.id not in self.materialize:
             chain.append(v.producer)
             v = v.producer.inputs[0]
         return v, chain[::-1]

@@ -278,7 +278,7 @@ class _Cuda(_Printer):
 
     def divmod(self, s: IdxDivMod) -> str:
         if s.floor:  # C truncates; floor semantics only matter when num may be negative
-            return f"{'dlcb_fdiv' if s.op is DivMod.FLOORDIV else 'dlcb_fmod'}({s.num}, {s.den})"
+            return f"{'dlcb_fdiv' if s.op is DivMod.FLOORDIV else 'dlcb_fmod'}<I>({s.num}, {s.den})"
         return f"{s.num} {'/' if s.op is DivMod.FLOORDIV else '%'} {s.den}"
 
     def result(self, s: Compute, code: str) -> str:

@@ -150,9 +150,26 @@ class _Builder:
         saved = self.pred
         self.pred = self.guard(where.guards)
         try:
-            return self.pred, self.value(v, where.coords)
+            return self.pred, self.value(v, self.narrowed(where))
         finally:
             self.pred = saved
+
+    def narrowed(self, where: Guarded) -> list[Expr]:
+        """``where.coords`` with each guarded coordinate ``e`` (``0 <= e < hi``, not a variable)
+        replaced by a fresh variable bounded by ``hi`` and defined as ``e``: under the guard the
+        coordinate is known non-negative, so the input's index arithmetic needs no floor
+        corrections (``(_t % 17) - 1`` rather than ``((_t % 17) + 1023) // 1024 - 1``)."""
+        coords = list(where.coords)
+        for gd in where.guards:
+            e = simplify_bounded(gd.expr, self.bounds)
+            if isinstance(e, (Var, Lit)) or not gd.lo.is_lit(0) or e not in coords:
+                continue
+            u = var(f"_g{len(self.coord_names)}", 2)
+            self.bounds[u.name] = gd.hi
+            self.coord_defs[u] = simplify_bounded(e.subs(self.coord_defs), self.bounds)
+            self.coord_names.add(u.name)
+            coords = [u if c is e else c for c in coords]
+        return coords
 
     # -- values ------------------------------------------------------------------------------------
     def value(self, v: Value, coords: list[Expr]) -> str:

@@ -1,0 +1,181 @@
+"""Graph passes, the memory plan and the bridge's opaque-function path, checked against eager and
+against the invariants each pass states."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dlcb_lab as dl
+from dlcb_lab.hostgen.lower import LibraryCall, Src
+from dlcb_lab.passes import PIPELINE
+
+CNN = {0: {0: "N", 2: "H", 3: "W"}}
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 4, 1)
+        with torch.no_grad():   # non-trivial running statistics
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        return self.conv2(F.relu(self.bn(self.conv(x)))) + x.mean()
+
+
+def _close(cm, m, *ins):
+    with torch.no_grad():
+        torch.testing.assert_close(cm(*ins), m(*ins), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_folds_into_conv():
+    m = ConvBN().eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 9, 10),), dynamic=CNN, backend="cpu")
+    g = cm.pipeline.graph
+    convs = [n for n in g.nodes if n.op.name == "conv2d"]
+    assert len(convs) == 2
+    for n in g.nodes:   # nothing scales a convolution's result: the scale is in the weight
+        assert not (n.op.name == "mul" and any(x.producer in convs for x in n.tensor_inputs()))
+    assert not any(n.op.name in ("rsqrt", "sub") for n in g.nodes)   # folded to constants
+    names = [r.name for r in cm.pipeline.passes]
+    assert names == [p.__name__ for p in PIPELINE]
+    rewrite = cm.pipeline.passes[names.index("rewrite")]
+    assert any(c.startswith("conv_scale") for c in rewrite.changes), rewrite
+    for n, h, w in ((1, 9, 10), (3, 16, 7), (2, 5, 5)):
+        _close(cm, m, torch.randn(n, 3, h, w))
+
+
+def test_partition_and_epilogue():
+    m = ConvBN().eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 9, 10),), dynamic=CNN, backend="cpu")
+    part = cm.pipeline.partition
+    assert part.counts() == {"library": 2, "generated": 3}
+    kinds = [s.kind for s in part.steps]
+    assert kinds[0] == "library" and kinds[1] == "generated"
+    assert part.steps[1].ops == ("add", "relu")   # bias (folded BN shift) + relu: the epilogue
+    df = part.to_frame()
+    assert list(df.columns) == ["step", "kind", "value", "n_ops", "ops", "launches"]
+
+
+def _plan_invariants(cm):
+    """No buffer is read after the step that frees it; every intermediate is freed exactly once;
+    outputs never are."""
+    plan = cm.pipeline.launch_plan
+    outs = {o.index for o in plan.outputs}
+    freed: dict[int, int] = {}
+    for i, (step, frees) in enumerate(zip(plan.steps, plan.frees)):
+        reads = [o for o, _ in step.operands] if isinstance(step, LibraryCall) else \
+            [o for v in step.variants for o in v.operands]
+        for o in reads:
+            assert not (o.src is Src.BUFFER and o.index in freed), (i, o)
+        for b in frees:
+            assert b not in freed and b not in outs
+            freed[b] = i
+    produced = {s.out for s in plan.steps}
+    assert produced - outs == set(freed)
+
+
+@pytest.mark.parametrize("model", ["convbn", "resblock"])
+def test_memory_plan_frees_after_last_use(model):
+    if model == "convbn":
+        m, x = ConvBN().eval(), torch.randn(2, 3, 9, 10)
+    else:
+        import torchvision
+        m, x = torchvision.models.resnet18().layer1.eval(), torch.randn(2, 64, 8, 8)
+    cm = dl.compile(m, (x,), dynamic=CNN, backend="cpu")
+    _plan_invariants(cm)
+    _close(cm, m, x)
+
+
+class Residual(nn.Module):
+    """A residual stream read by three layer-norm kernels per block: recomputing it per kernel
+    would grow with depth."""
+
+    def __init__(self, depth=3):
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(16, 16) for _ in range(depth))
+        self.lns = nn.ModuleList(nn.LayerNorm(16) for _ in range(depth))
+
+    def forward(self, x):
+        for lin, ln in zip(self.lins, self.lns):
+            x = x + lin(ln(x)).relu()
+        return x
+
+
+def test_fuse_materializes_shared_residual_stream():
+    m = Residual().eval()
+    cm = dl.compile(m, (torch.randn(2, 5, 16),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    fuse = next(r for r in cm.pipeline.passes if r.name == "fuse")
+    assert fuse.changes, "no shared value was materialized"
+    longest = max(s.ops for s in cm.pipeline.partition.steps if s.kind == "generated")
+    assert len(longest) <= 8, longest   # bounded, not growing with depth
+    for n, L in ((1, 5), (3, 7)):
+        _close(cm, m, torch.randn(n, L, 16))
+
+
+# --- opaque (fx.wrap'd) functions --------------------------------------------------------------
+
+@torch.fx.wrap
+def _windowed(x: torch.Tensor, w: int) -> torch.Tensor:
+    """Python control flow on literal sizes, a mask built with real torch ops, a symbolic batch."""
+    b, h, c = x.shape
+    pad = (w - h % w) % w
+    if pad:
+        x = F.pad(x, (0, 0, 0, pad))
+    mask = x.new_zeros((x.shape[1],))
+    mask[h:] = -1.0
+    y = x.view(b, x.shape[1] // w, w, c).sum(2)
+    return y + mask[::w].unsqueeze(-1)
+
+
+class Opaque(nn.Module):
+    def forward(self, x):
+        return _windowed(x.relu(), 4) * 2
+
+
+def test_opaque_function_runs_on_proxies():
+    m = Opaque()
+    cm = dl.compile(m, (torch.randn(2, 10, 3),), dynamic={0: {0: "N"}}, backend="cpu")
+    for n in (1, 4):
+        _close(cm, m, torch.randn(n, 10, 3))
+
+
+@torch.fx.wrap
+def _branchy(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 if x.shape[0] > 3 else x
+
+
+class Branchy(nn.Module):
+    def forward(self, x):
+        return _branchy(x)
+
+
+def test_opaque_control_flow_on_symbolic_size_is_refused():
+    with pytest.raises(dl.UnsupportedOp, match="symbolic size"):
+        dl.compile(Branchy(), (torch.randn(4, 3),), dynamic={0: {0: "N"}}, backend="cpu")
+
+
+class Asserted(nn.Module):
+    def forward(self, x):
+        torch._assert(x.shape[1] == 8, "width must be 8")
+        return x * 3
+
+
+def test_assert_pins_a_dim_and_names_the_line():
+    cm = dl.compile(Asserted(), (torch.randn(2, 8),), dynamic={0: {0: "N"}}, backend="cpu")
+    _close(cm, Asserted(), torch.randn(5, 8))
+    with pytest.raises(dl.ShapeError) as ei:
+        dl.compile(Asserted(), (torch.randn(2, 8),), dynamic={0: {0: "N", 1: "C"}},
+                   backend="cpu")
+    msg = str(ei.value)
+    assert "dim C" in msg and "fixes it to 8" in msg and "width must be 8" in msg, msg
+    assert "test_passes.py" in msg, msg
