@@ -32,6 +32,7 @@ from ..dims import Expr, lit, prod, var
 from ..errors import DLError, DTypeError, ShapeError, SpecError, UnsupportedOp
 from ..ir.graph import Graph, Value
 from ..ir.ops import OPS, OpKind
+from . import indexing
 from . import nn as nn_lowerings
 from .proxy import run_opaque
 from .common import Cx, DimPredicate, axes_arg, operand, refuse, shape_arg, tensor_arg, wrap_axis
@@ -344,7 +345,7 @@ LOWERINGS: dict[str, Callable] = {
     "sum": _reduction("sum", None), "mean": _reduction("mean", None),
     "amax": _reduction("amax", ()),
     "size": _l_size, "dim": _l_dim, "numel": _l_numel, "assert": _l_assert,
-    **nn_lowerings.LOWERINGS,
+    **nn_lowerings.LOWERINGS, **indexing.LOWERINGS,
 }
 """Lowering name -> function with torch's signature (after the context argument)."""
 
@@ -365,7 +366,7 @@ _FUNCTIONS: dict[Any, tuple[str, bool]] = {
     operator.and_: ("bitwise_and", False), operator.or_: ("bitwise_or", False),
     torch.bitwise_not: ("bitwise_not", False), torch.bitwise_and: ("bitwise_and", False),
     torch.bitwise_or: ("bitwise_or", False), torch._assert: ("assert", False),
-    **nn_lowerings.FUNCTIONS,
+    **nn_lowerings.FUNCTIONS, **indexing.FUNCTIONS,
 }
 """fx ``call_function`` target -> (lowering name, in place)."""
 
@@ -379,7 +380,7 @@ _METHODS: dict[str, tuple[str, bool]] = {
     "reshape": ("reshape_method", False), "permute": ("permute_method", False),
     "bitwise_not": ("bitwise_not", False), "bitwise_and": ("bitwise_and", False),
     "bitwise_or": ("bitwise_or", False), "true_divide": ("div", False),
-    **nn_lowerings.METHODS,
+    **nn_lowerings.METHODS, **indexing.METHODS,
 }
 """fx ``call_method`` name -> (lowering name, in place)."""
 
@@ -389,6 +390,9 @@ _MODULES: dict[type, tuple[str, tuple[str, ...]]] = {
     **nn_lowerings.MODULE_ATTRS,
 }
 """leaf module type -> (lowering name, module attributes passed as keyword arguments)."""
+
+_MODULE_FNS: dict[type, Callable] = {**nn_lowerings.MODULES, **indexing.MODULES}
+"""leaf module type -> lowering ``fn(cx, module, *args, **kwargs)`` (modules with parameters)."""
 
 _SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
                operator.neg}
@@ -416,7 +420,7 @@ def _lowering_of(n: fx.Node, gm: fx.GraphModule
     if hit is None:
         if n.op == "call_module":
             mod = gm.get_submodule(n.target)
-            fn = nn_lowerings.MODULES.get(type(mod))
+            fn = _MODULE_FNS.get(type(mod))
             return None if fn is None else (type(mod).__name__, fn, (mod,), False, {})
         return None
     name, inplace, kw = hit
@@ -524,7 +528,10 @@ def _lower_node(g: Graph, gm: fx.GraphModule, n: fx.Node, env: dict) -> None:
         env[n] = run_opaque(cx, n.target, args, kwargs)
         return
     else:
-        name, fn, lead, inplace, extra = _lowering_of(n, gm)
+        hit = _lowering_of(n, gm)
+        if hit is None:   # e.g. size arithmetic (``%``, ``//``) applied to a tensor
+            raise UnsupportedOp(f"{_describe(n, gm)} on a tensor is not supported")
+        name, fn, lead, inplace, extra = hit
     out, bound = call_lowering(cx, name, fn, (*lead, *args), {**kwargs, **extra}, len(lead))
     if inplace or bound.arguments.get("inplace"):
         out = _functionalize(g, n, env, args[0], out)

@@ -63,6 +63,9 @@ class KernelLaunch:
     variants: tuple[VariantLaunch, ...]
     extent: int | None
     index_bound: int
+    index_checks: tuple[tuple[Operand, int, str], ...] = ()
+    """Index tensors read as coordinates: (operand, register of the extent, what), checked in
+    range before the launch."""
 
 
 @dataclass(frozen=True)
@@ -229,20 +232,32 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
         if v.producer is not None and v.producer.op.kind is OpKind.LIBRARY:
             steps.append(_library_call(g, hb, v.producer, operand, buf_index[v.id]))
         elif v.id in by_out:
-            steps.append(_kernel_launch(hb, by_out[v.id], operand, buf_index[v.id]))
+            steps.append(_kernel_launch(hb, by_out[v.id], operand, buf_index[v.id],
+                                        {v.id: t for v, t in g.constants}))
     outputs = tuple(Operand(Src.BUFFER, buf_index[v.id]) for v in g.outputs)
     return hb.build(), LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs),
                                   outputs)
 
 
-def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int) -> KernelLaunch:
+def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
+                   ) -> KernelLaunch:
     variants = tuple(VariantLaunch(tuple(operand(x) for x in v.inputs),
                                    tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params))
                      for v in kb.variants())
     extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)
     bound = hb.maximum([b for v in kb.variants() for b in v.index_bounds])
     hb.slots[f"{kb.name}.index_bound"] = bound
-    return KernelLaunch(out, hb.slot(f"{kb.name}.numel", kb.numel), variants, extent, bound)
+    checks = []
+    for idx, ext in kb.index_checks:
+        what = f"index tensor '{idx.name}' read by '{kb.out.name}'"
+        t = consts.get(idx.id)
+        if t is not None and isinstance(ext, Lit):   # a constant: checked once, here
+            if t.numel() and not (0 <= int(t.min()) and int(t.max()) < ext.value):
+                raise ShapeError(f"{what}: values outside [0, {ext.value})")
+            continue
+        checks.append((operand(idx), hb.slot(f"{kb.name}.{idx.name}.extent", ext), what))
+    return KernelLaunch(out, hb.slot(f"{kb.name}.numel", kb.numel), variants, extent, bound,
+                        tuple(checks))
 
 
 def _library_call(g: Graph, hb: HostBuilder, node, operand, out: int) -> LibraryCall:
@@ -259,7 +274,7 @@ def _library_call(g: Graph, hb: HostBuilder, node, operand, out: int) -> Library
 def _reads(step: Step) -> list[Operand]:
     if isinstance(step, LibraryCall):
         return [o for o, _ in step.operands]
-    return [o for v in step.variants for o in v.operands]
+    return [o for v in step.variants for o in v.operands] + [o for o, _, _ in step.index_checks]
 
 
 def _frees(steps: Sequence[Step], n_buffers: int, outputs: Sequence[Operand]

@@ -13,7 +13,7 @@ import torch
 from ..dims import Expr, Lit, Provenance, Shape, Solver, Var, as_expr, shape, var
 from ..errors import DLError, ShapeError
 from .dtypes import dtype_of
-from .ops import OPS, OpDef, OpKind, infer_dtypes, is_scalar
+from .ops import OPS, OpDef, OpKind, data_and_index, infer_dtypes, is_scalar
 
 
 @dataclass(eq=False)
@@ -155,7 +155,8 @@ class Graph:
 
     def materialized(self) -> list[Value]:
         """Values that get a buffer, in graph order: graph outputs, reduction and library results,
-        the base values library operands are views of (the host applies the view ops), and the
+        the base values library operands are views of (the host applies the view ops), index
+        tensors (the host checks them), and the
         values a pass chose to materialize (``materialize``). Everything else is inlined into the
         kernels that read it."""
         keep = {v.id for v in self.outputs} | self.materialize
@@ -164,6 +165,8 @@ class Graph:
                 keep.add(n.out.id)
             if n.op.kind is OpKind.LIBRARY:
                 keep.update(self.view_chain(x)[0].id for x in n.tensor_inputs())
+            if n.op.kind is OpKind.GATHER:   # the host checks index tensors before launch
+                keep.add(data_and_index(n)[1].id)
         out_ids = {o.id for o in self.outputs}
         return [n.out for n in self.nodes if n.out.id in keep] + \
             [v for v in self.inputs if v.id in out_ids]

@@ -24,8 +24,8 @@ from ..ir.dtypes import DType, dtype_of
 
 BOOL = dtype_of(torch.bool)
 from ..ir.ops import OPS, Combine, Reduction
-from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxDivMod, IdxProd,
-                  IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select, Store)
+from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxCast, IdxDivMod,
+                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select, Store)
 
 NUMBA_PARALLEL = os.environ.get("DLCB_NUMBA_PARALLEL", "0") == "1"
 
@@ -99,6 +99,10 @@ class _Printer:
     @stmt.register
     def _(self, s: IdxDivMod) -> str:
         return self.let(None, s.name, self.divmod(s), repr(s.expr))
+
+    @stmt.register
+    def _(self, s: IdxCast) -> str:
+        return self.let(None, s.name, self.index_cast(s.value))
 
     @stmt.register
     def _(self, s: Pred) -> str:
@@ -250,6 +254,9 @@ class _Cuda(_Printer):
 
     def ternary(self, cond: str, a: str, b: str) -> str:
         return f"({cond} ? {a} : {b})"
+
+    def index_cast(self, value: str) -> str:
+        return f"(I)({value})"
 
     def when(self, cond: str, line: str) -> str:
         return f"if ({cond}) {line}"
@@ -421,6 +428,9 @@ class _Numba(_Printer):
 
     def ternary(self, cond: str, a: str, b: str) -> str:
         return f"({a} if {cond} else {b})"
+
+    def index_cast(self, value: str) -> str:
+        return f"np.int64({value})"
 
     def when(self, cond: str, line: str) -> str:
         return f"if {cond}: {line}"

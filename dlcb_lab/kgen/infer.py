@@ -19,9 +19,9 @@ from ..ir.dtypes import I64, dtype_of
 from ..ir.graph import Graph, Value
 from ..ir.ops import REDUCTIONS, Combine, Guard, Guarded, OpKind, Reduction, delinearize, \
     linear_index
-from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxDivMod,
-                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select, Store,
-                  acc_dtype, code_name)
+from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxCast,
+                  IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select,
+                  Store, acc_dtype, code_name)
 
 THREAD = var("_t", 2)
 FLAT_LOOP = var("_lf", 2)
@@ -60,6 +60,7 @@ class _Builder:
         self.outer = _Scope([])
         self.inner: _Scope | None = None
         self.pred = ""                            # the guard in force ("" for none)
+        self.index_checks: dict[int, tuple[Value, Expr]] = {}
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
 
     def tmp(self, p: str) -> str:
@@ -171,6 +172,26 @@ class _Builder:
             coords = [u if c is e else c for c in coords]
         return coords
 
+    def gathered(self, idx: Value, coords: list[Expr], extent: Expr) -> Var:
+        """A coordinate variable holding ``idx`` at ``coords`` (in ``[0, extent)``: the host checks
+        the index tensor before launch)."""
+        val = self.value(idx, coords)
+        key = ("gather", val)
+        hit = self.lookup(key)
+        if hit is not None:
+            return hit
+        j = var(f"_j{self.n + 1}", 2)
+        self.n += 1
+        self.bounds[j.name] = extent
+        free = frozenset().union(*(c.free_vars for c in coords)) | self.pred_vars[self.pred]
+        scope = self.scope_for(free)
+        if scope is self.inner:
+            self.loop_names.add(j.name)
+        scope.stmts.append(IdxCast(code_name(j), val))
+        scope.memo[key] = j
+        self.index_checks.setdefault(idx.id, (idx, extent))
+        return j
+
     # -- values ------------------------------------------------------------------------------------
     def value(self, v: Value, coords: list[Expr]) -> str:
         coords = [simplify_bounded(c, self.bounds) for c in coords]
@@ -194,6 +215,10 @@ class _Builder:
             stmt = Load(name, dtype_of(v.dtype), buf, iname, self.pred)
         else:
             node = v.producer
+            if node.op.kind is OpKind.GATHER:    # coordinates read from an index tensor
+                ins = node.op.reverse(self.g, node, coords, index=self.gathered)
+                x, c = next((x, c) for x, c in zip(node.inputs, ins) if c is not None)
+                return self.value(x, c)
             ins = node.op.reverse(self.g, node, coords)
             if node.op.kind.is_transform:   # pure coordinate transforms
                 return self.value(node.inputs[0], ins[0])
@@ -272,7 +297,8 @@ class _Builder:
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
                           tuple(self.outer.stmts), cmap, bounds, self.cooperative,
-                          None if extent is None else prod(win.bounds))
+                          None if extent is None else prod(win.bounds),
+                          index_checks=tuple(self.index_checks.values()))
 
     def reduce_loops(self, node, coords, win, extent, loops, acc, red, acc_t, counter) -> None:
         if self.cooperative:   # one flat loop split across the block: l_k from _lf

@@ -8,8 +8,8 @@ parameters, or literals.
 
 Identifiers. Generated code never spells a user's name: a dimension variable ``N`` becomes the
 parameter ``d_N`` (``code_name``), buffers are ``out``, ``in0``, ``in1``... by position, and
-temporaries come from a fixed set of prefixes (``i``, ``v``, ``x``, ``m``, ``acc``, ``cnt``, ``p``, ``c``,
-``l``).
+temporaries come from a fixed set of prefixes (``i``, ``v``, ``x``, ``m``, ``j``, ``acc``, ``cnt``, ``p``,
+``c``, ``l``).
 User names appear only in comments.
 """
 
@@ -85,6 +85,12 @@ class Ref:           # operand: a value computed earlier, of dtype ``dtype``
 @dataclass(frozen=True)
 class Imm:           # operand: a Python scalar, spelled in the compute dtype
     value: Scalar
+
+
+@dataclass(frozen=True)
+class IdxCast:       # I name = (I) value   (an index read from an index tensor, host-checked in range)
+    name: str
+    value: str
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ class Store:         # out[t] = value   (cooperative kernels: thread 0 of the bl
     value: str
 
 
-Stmt = Union[IdxSum, IdxProd, IdxDivMod, Pred, Load, Select, Compute, Loop, AccInit, Accumulate,
+Stmt = Union[IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Loop, AccInit, Accumulate,
              BlockReduce, Finish, Store]
 
 
@@ -211,6 +217,8 @@ class KernelBody:
     cooperative: bool = False                # one block per output element (reductions)
     reduce_extent: Expr | None = None        # elements reduced per output element (at most)
     variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
+    index_checks: tuple[tuple[Value, Expr], ...] = ()
+    """Index tensors the kernel reads coordinates from, with the extent each must lie below."""
 
     def variants(self) -> tuple["KernelBody", ...]:
         """This kernel and its launch-time alternative, if any."""

@@ -83,6 +83,8 @@ class Thunk:
                 bufs[step.out] = _library(step, [get(o) for o, _ in step.operands], r, shape)
             else:
                 launcher = next(launchers)
+                for o, reg, what in step.index_checks:
+                    _check_index(get(o), r[reg], what)
                 out = bufs[step.out] = torch.empty(shape, dtype=b.dtype, device=dev)
                 n = r[step.numel]
                 if n:
@@ -101,6 +103,13 @@ class Thunk:
                 f"{self.device}, inputs {list(self.in_names[:4])}"
                 f"{f' + {len(self.in_names) - 4} more' if len(self.in_names) > 4 else ''}, "
                 f"{len(self.host.instrs)} host instructions)")
+
+
+def _check_index(t: torch.Tensor, extent: int, what: str) -> None:
+    """Every value of index tensor ``t`` in ``[0, extent)`` (a device sync on CUDA)."""
+    if t.numel() and not (0 <= int(t.min()) and int(t.max()) < extent):
+        raise ShapeMismatch(f"{what}: values in [{int(t.min())}, {int(t.max())}], outside "
+                            f"[0, {extent})")
 
 
 def _library(step: LibraryCall, operands: list[torch.Tensor], r: list[int], shape: list[int]

@@ -13,6 +13,7 @@ Op kinds and what kgen does with them:
   input's coordinates); inlined, no code of their own but index arithmetic.
 - ``SELECT``: each tensor input valid on part of the output (``reverse`` gives ``Guarded``
   coordinates; pad, cat): the first input whose guard holds, else ``attrs["value"]``.
+- ``GATHER``: an input coordinate read from an index tensor (``reverse`` gets ``index=fn``).
 - ``REDUCE``: a loop over a window (``window``) per output element; materialized.
 - ``LIBRARY``: computed by ``reference`` on materialized operands (a vendor library through ATen);
   materialized.
@@ -44,6 +45,7 @@ class OpKind(enum.Enum):
     PERMUTE = "permute"           # pure coordinate transform (axis reordering)
     TRANSFORM = "transform"       # pure coordinate transform (slice, expand, roll)
     SELECT = "select"             # guarded choice among inputs (pad, cat)
+    GATHER = "gather"             # an input coordinate is a value of an index tensor
     REDUCE = "reduce"             # a loop over a window per output element; materialized
     LIBRARY = "library"           # vendor library call through ATen; materialized
 
@@ -151,6 +153,9 @@ def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
     tensors = node.tensor_inputs()
     if kind.is_transform:
         return tensors[0].dtype, tensors[0].dtype
+    if kind is OpKind.GATHER:   # the data operand's dtype
+        data = tensors[1] if node.op.name == "embedding" else tensors[0]
+        return data.dtype, data.dtype
     if kind is OpKind.SELECT:   # pad keeps its dtype; cat promotes as torch.cat does
         out = functools.reduce(torch.promote_types, [x.dtype for x in tensors])
         return out, out

@@ -1,0 +1,100 @@
+"""Index ops (paper §4.3): coordinates read from an index tensor. Compared with eager at several
+shapes; out-of-range indices are refused by the host before the reading kernel launches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dlcb_lab as dl
+from dlcb_lab.kgen.emit import cuda_module
+from dlcb_lab.kgen.infer import infer_kernels
+from dlcb_lab.runtime.nvrtc import compile_cubin
+
+
+class Mix(nn.Module):
+    """embedding, index_select on a computed index, gather along a middle axis."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, tok, x, idx):   # tok [N, L] int64, x [N, 6, 4], idx [N, 3, 4] int64
+        e = self.emb(tok)                                   # [N, L, 4]
+        s = x.index_select(1, (idx[0, :, 0] + 1).clamp(max=5))   # [N, 3, 4]
+        return e.sum(1, keepdim=True) + torch.gather(x, 1, idx) * s
+
+
+def _inputs(n, L, g):
+    return (torch.randint(0, 10, (n, L), generator=g), torch.randn(n, 6, 4, generator=g),
+            torch.randint(0, 6, (n, 3, 4), generator=g))
+
+
+def test_index_ops_match_eager():
+    m, g = Mix().eval(), torch.Generator().manual_seed(0)
+    cm = dl.compile(m, _inputs(2, 5, g), dynamic={0: {0: "N", 1: "L"}, 1: {0: "N"}, 2: {0: "N"}},
+                    backend="cpu")
+    for n, L in ((1, 5), (3, 2), (4, 9)):
+        ins = _inputs(n, L, g)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(*ins), m(*ins))
+    assert is_cubin(compile_cubin(cuda_module(infer_kernels(cm.pipeline.graph, True)),
+                                  arch="sm_90"))
+
+
+def is_cubin(b: bytes) -> bool:
+    return b[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("bad", [10, -1])
+def test_out_of_range_index_refused_before_launch(bad):
+    m, g = Mix().eval(), torch.Generator().manual_seed(1)
+    cm = dl.compile(m, _inputs(2, 5, g), dynamic={0: {0: "N", 1: "L"}, 1: {0: "N"}, 2: {0: "N"}},
+                    backend="cpu")
+    tok, x, idx = _inputs(2, 5, g)
+    tok[1, 3] = bad
+    with pytest.raises(dl.ShapeMismatch, match=r"index tensor 'tok'.*outside \[0, 10\)"):
+        cm(tok, x, idx)
+    idx[0, 1, 2] = 6
+    with pytest.raises(dl.ShapeMismatch, match=r"outside \[0, 6\)"):
+        cm(_inputs(2, 5, g)[0], x, idx)
+
+
+class ConstIndex(nn.Module):
+    def __init__(self, idx):
+        super().__init__()
+        self.register_buffer("idx", idx)
+
+    def forward(self, x):
+        return x.index_select(1, self.idx) * 2
+
+
+def test_constant_index_checked_at_compile_time():
+    x = torch.randn(2, 4)
+    cm = dl.compile(ConstIndex(torch.tensor([3, 0, 3])), (x,), dynamic={0: {0: "N"}},
+                    backend="cpu")
+    torch.testing.assert_close(cm(torch.randn(5, 4)).shape, torch.Size([5, 3]))
+    assert not any(s.index_checks for s in cm.pipeline.launch_plan.kernels)
+    with pytest.raises(dl.ShapeError, match=r"values outside \[0, 4\)"):
+        dl.compile(ConstIndex(torch.tensor([4])), (x,), dynamic={0: {0: "N"}}, backend="cpu")
+
+
+def test_index_dtype_refused():
+    with pytest.raises(dl.DTypeError, match="int64 expected"):
+        dl.compile(_Gather(), (torch.randn(2, 4), torch.zeros(2, 4, dtype=torch.int32)),
+                   backend="cpu")
+
+
+def test_tensor_remainder_refused_clearly():
+    class Rem(nn.Module):
+        def forward(self, x):
+            return x % 3
+
+    with pytest.raises(dl.UnsupportedOp, match="operator.mod on a tensor"):
+        dl.compile(Rem(), (torch.randn(2, 4),), backend="cpu")
+
+
+class _Gather(nn.Module):
+    def forward(self, x, i):
+        return torch.gather(x, 1, i)
