@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from .expr import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, rebuild
+import math
+
+from .expr import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, gcd_of, lit, prod, rebuild
 
 Bounds = Mapping[str, Expr]
 
@@ -126,6 +128,30 @@ def _r_mod_in_range(e, b):
     return None
 
 
+def _split_small(e, b):
+    """For ``num // d`` or ``num % d`` (``d`` a positive literal): ``(rest, small, g)`` with
+    ``num = rest + small``, ``small`` one term ``c*v`` over a bounded variable with
+    ``0 <= small < g``, and ``g > 1`` dividing both ``d`` and every coefficient of ``rest``."""
+    if not isinstance(e, (FloorDiv, Mod)) or not isinstance(e.den, Lit) or e.den.value <= 0 or \
+            not isinstance(e.num, Sum):
+        return None
+    for m, c in e.num.terms:
+        if isinstance(m, Var) and m.name in b:
+            rest = e.num - m * c
+            g = math.gcd(e.den.value, gcd_of(rest))
+            if g > 1 and in_range(m * c, lit(g), b):
+                return rest, m * c, g
+    return None
+
+
+def _r_drop_small(e, b):
+    hit = _split_small(e, b)
+    if hit is None:
+        return None
+    rest, small, _ = hit
+    return rest // e.den if isinstance(e, FloorDiv) else rest % e.den + small
+
+
 def _r_recombine(e, b):
     if not isinstance(e, Sum):
         return None
@@ -140,6 +166,8 @@ def _r_recombine(e, b):
 BOUNDS_RULES: list[tuple[str, str, Callable[[Expr, Bounds], Expr | None]]] = [
     ("div_in_range", "x // d  ->  0   if 0 <= x < d", _r_div_in_range),
     ("mod_in_range", "x % d  ->  x   if 0 <= x < d", _r_mod_in_range),
+    ("drop_small", "(g*x + s) // d  ->  g*x // d   and   (g*x + s) % d  ->  g*x % d + s   if "
+     "g | d, 0 <= s < g", _r_drop_small),
     ("recombine", "k*d*(x // d) + k*(x % d)  ->  k*x   if it leaves fewer // and % terms",
      _r_recombine),
 ]

@@ -23,9 +23,10 @@ import torch
 from ..ir.dtypes import DType, dtype_of
 
 BOOL = dtype_of(torch.bool)
-from ..ir.ops import OPS, Combine, Reduction
+from ..ir.ops import OPS, Combine, Reduction, RowKind
 from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxCast, IdxDivMod,
-                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select, Store)
+                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, RowAccumulate,
+                  RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt)
 
 NUMBA_PARALLEL = os.environ.get("DLCB_NUMBA_PARALLEL", "0") == "1"
 
@@ -154,6 +155,44 @@ class _Printer:
     def _(self, s: Store) -> str:
         return self.store(s.value)
 
+    @stmt.register
+    def _(self, s: RowInit) -> str:
+        return self.row_init(s.kind)
+
+    @stmt.register
+    def _(self, s: RowAccumulate) -> str:
+        v = self.to_double(s.value)
+        if s.kind is RowKind.NORM:
+            return self.row_norm_add(v)
+        return self.row_lse_add(v)
+
+    @stmt.register
+    def _(self, s: RowCombine) -> str:
+        return self.row_combine(s.kind)
+
+    @stmt.register
+    def _(self, s: RowStats) -> str:
+        return self.row_stats(s)
+
+    @stmt.register
+    def _(self, s: RowOutput) -> str:
+        v = self.to_double(s.value)
+        if s.kind is RowKind.SOFTMAX:
+            y = f"{self.exp}({v} - rm) / rs"
+        elif s.kind is RowKind.LOG_SOFTMAX:
+            y = f"{v} - rlse"
+        else:
+            y = f"({v} - rmean) * rrstd"
+            if s.weight:
+                y = f"{y} * {self.to_double(s.weight)}"
+            if s.bias:
+                y = f"{y} + {self.to_double(s.bias)}"
+        return self.let(s.dtype, s.name, self.cast(s.dtype, y))
+
+    @stmt.register
+    def _(self, s: StoreAt) -> str:
+        return self.assign(f"out[{s.index}]", s.value)
+
     def operand(self, a: Ref | Imm, c: DType) -> str:
         """``a`` converted to the compute dtype ``c``."""
         if isinstance(a, Imm):
@@ -222,6 +261,12 @@ struct dlcb_max_op {
     return dlcb_max(a, b);
   }
 };
+// (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates.
+__device__ __forceinline__ void dlcb_lse_merge(double& m, double& s, double m2, double s2) {
+  if (m != m || m2 != m2) { m = s = m + m2; return; }
+  if (m2 == -INFINITY) return;
+  if (m2 > m) { s = s * exp(m - m2) + s2; m = m2; } else { s += s2 * exp(m2 - m); }
+}
 // Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
 template <typename T, typename F>
 __device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
@@ -237,6 +282,39 @@ __device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
   }
   return v;
 }
+// v from thread 0 to every thread of the block.
+template <typename T> __device__ __forceinline__ T dlcb_block_broadcast(T v) {
+  __shared__ T b;
+  __syncthreads();  // b may still be read by the previous row
+  if (threadIdx.x == 0) b = v;
+  __syncthreads();
+  return b;
+}
+__device__ __forceinline__ double dlcb_block_allsum(double v) {
+  return dlcb_block_broadcast(dlcb_block_reduce<double>(v, 0.0, dlcb_sum_op()));
+}
+// (m, s) combined over the block with dlcb_lse_merge; every thread gets the result.
+__device__ __forceinline__ void dlcb_block_lse(double& m, double& s) {
+  __shared__ double sm[32], ss[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o), __shfl_down_sync(0xffffffffu, s, o));
+  __syncthreads();
+  if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = (int)((blockDim.x + 31) >> 5);
+    m = lane < nw ? sm[lane] : -INFINITY;
+    s = lane < nw ? ss[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1)
+      dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o),
+                     __shfl_down_sync(0xffffffffu, s, o));
+    if (lane == 0) { sm[0] = m; ss[0] = s; }
+  }
+  __syncthreads();
+  m = sm[0];
+  s = ss[0];
+}
 """
 
 
@@ -251,6 +329,34 @@ class _Cuda(_Printer):
     loop_tail = "}"
     max_fn = "dlcb_max"
     and_ = "&&"
+    exp = "exp"
+
+    def to_double(self, v: str) -> str:
+        return f"(double)({v})"
+
+    def row_init(self, kind: RowKind) -> str:
+        if kind is RowKind.NORM:
+            return "double rs1 = 0.0, rs2 = 0.0;"
+        return "double rm = -INFINITY, rs = 0.0;"
+
+    def row_norm_add(self, v: str) -> str:
+        return f"{{ const double xv = {v}; rs1 += xv; rs2 += xv * xv; }}"
+
+    def row_lse_add(self, v: str) -> str:
+        return f"dlcb_lse_merge(rm, rs, {v}, 1.0);"
+
+    def row_combine(self, kind: RowKind) -> str:
+        if kind is RowKind.NORM:
+            return "rs1 = dlcb_block_allsum(rs1); rs2 = dlcb_block_allsum(rs2);"
+        return "dlcb_block_lse(rm, rs);"
+
+    def row_stats(self, s: RowStats) -> str:
+        if s.kind is RowKind.NORM:
+            return (f"const double rmean = rs1 / (double){s.count}; const double rrstd = "
+                    f"rsqrt(fmax(rs2 / (double){s.count} - rmean * rmean, 0.0) + {s.eps!r});")
+        if s.kind is RowKind.LOG_SOFTMAX:
+            return "const double rlse = rm + log(rs);"
+        return "// softmax: rm, rs"
 
     def ternary(self, cond: str, a: str, b: str) -> str:
         return f"({cond} ? {a} : {b})"
@@ -416,6 +522,17 @@ def _hardsigmoid(x):
 
 
 @njit(inline="always")
+def _lse_merge(m, s, m2, s2):
+    if m != m or m2 != m2:
+        return m + m2, m + m2
+    if m2 == -np.inf:
+        return m, s
+    if m2 > m:
+        return m2, s * math.exp(m - m2) + s2
+    return m, s + s2 * math.exp(m2 - m)
+
+
+@njit(inline="always")
 def _hardswish(x):
     return x * min(max(x + 3.0, 0.0), 6.0) / 6.0
 '''
@@ -425,6 +542,30 @@ class _Numba(_Printer):
     indent = "    "
     max_fn = "_max"
     and_ = "and"
+    exp = "math.exp"
+
+    def to_double(self, v: str) -> str:
+        return f"np.float64({v})"
+
+    def row_init(self, kind: RowKind) -> str:
+        return "rs1, rs2 = 0.0, 0.0" if kind is RowKind.NORM else "rm, rs = -np.inf, 0.0"
+
+    def row_norm_add(self, v: str) -> str:
+        return f"rs1, rs2 = rs1 + {v}, rs2 + {v} * {v}"
+
+    def row_lse_add(self, v: str) -> str:
+        return f"rm, rs = _lse_merge(rm, rs, {v}, 1.0)"
+
+    def row_combine(self, kind: RowKind) -> str:  # pragma: no cover
+        raise TypeError("numba kernels have no cooperative variant")
+
+    def row_stats(self, s: RowStats) -> str:
+        if s.kind is RowKind.NORM:
+            return (f"rmean = rs1 / {s.count}; rrstd = 1.0 / np.sqrt(max(rs2 / {s.count} - "
+                    f"rmean * rmean, 0.0) + {s.eps!r})")
+        if s.kind is RowKind.LOG_SOFTMAX:
+            return "rlse = rm + np.log(rs)"
+        return "pass  # softmax: rm, rs"
 
     def ternary(self, cond: str, a: str, b: str) -> str:
         return f"({a} if {cond} else {b})"

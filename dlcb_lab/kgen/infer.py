@@ -17,11 +17,12 @@ from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify
 from ..dims.bounds import Bounds, lower, nonneg, upper
 from ..ir.dtypes import I64, dtype_of
 from ..ir.graph import Graph, Value
-from ..ir.ops import REDUCTIONS, Combine, Guard, Guarded, OpKind, Reduction, delinearize, \
-    linear_index
+from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Reduction, \
+    delinearize, linear_index
 from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxCast,
-                  IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, Select,
-                  Store, acc_dtype, code_name)
+                  IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, RowAccumulate,
+                  RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt, acc_dtype,
+                  code_name)
 
 THREAD = var("_t", 2)
 FLAT_LOOP = var("_lf", 2)
@@ -61,6 +62,8 @@ class _Builder:
         self.inner: _Scope | None = None
         self.pred = ""                            # the guard in force ("" for none)
         self.index_checks: dict[int, tuple[Value, Expr]] = {}
+        self.load_indices: list[Expr] = []
+        self.row_contiguous = True   # a row kernel's loads walk memory with stride 1
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
 
     def tmp(self, p: str) -> str:
@@ -210,6 +213,7 @@ class _Builder:
             idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
             iname = self.index(idx)
             self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
+            self.load_indices.append(idx)
             self.loads.append((v.name, tuple(coords)))
             name = self.tmp("x")
             stmt = Load(name, dtype_of(v.dtype), buf, iname, self.pred)
@@ -249,27 +253,32 @@ class _Builder:
 
     # -- kernel -------------------------------------------------------------------------------------
     def build(self) -> KernelBody:
-        numel = prod(self.dims)
+        node = self.root.producer
+        row = node is not None and node.op.kind is OpKind.ROW
+        axes = node.attrs["axes"] if row else ()
+        own = [a for a in range(len(self.dims)) if a not in axes]   # one thread per element
+        numel = prod(self.dims[a] for a in own)
         self.bounds[THREAD.name] = numel
-        coords: list[Expr] = []
+        coords: list[Expr] = [lit(0)] * len(self.dims)
         out_coords = []
-        for k, e in enumerate(delinearize(THREAD, self.dims)):
+        for a, e in zip(own, delinearize(THREAD, [self.dims[a] for a in own])):
             e = simplify_bounded(e, self.bounds)
-            if self.dims[k] is lit(1):
-                coords.append(lit(0))
-                out_coords.append((coord_var(k).name, lit(0)))
+            if self.dims[a] is lit(1):
+                out_coords.append((coord_var(a).name, lit(0)))
                 continue
-            cv = coord_var(k)
-            self.bounds[cv.name] = self.dims[k]
+            cv = coord_var(a)
+            self.bounds[cv.name] = self.dims[a]
             self.coord_defs[cv] = e
             self.coord_names.add(cv.name)
             out_coords.append((cv.name, e))
-            coords.append(cv)
+            coords[a] = cv
         loops: list[tuple[Var, Expr]] = []
-        node = self.root.producer
         extent = None
         out_t = dtype_of(self.root.dtype)
-        if node is not None and node.op.kind is OpKind.REDUCE:
+        if row:
+            extent = prod(self.dims[a] for a in axes)
+            self.row(node, coords, axes, extent, loops, out_t)
+        elif node is not None and node.op.kind is OpKind.REDUCE:
             red = REDUCTIONS[node.op.name]
             acc_t = acc_dtype(red, out_t)
             win = node.op.window(self.g, node, coords)
@@ -288,44 +297,98 @@ class _Builder:
             count = (counter or self.index(win.count)) if red.mean else ""
             res = self.tmp("v")
             self.outer.stmts.append(Finish(res, red, acc, count, out_t))
+            self.outer.stmts.append(Store(res))
         else:
-            res = self.value(self.root, coords)
-        self.outer.stmts.append(Store(res))
+            self.outer.stmts.append(Store(self.value(self.root, coords)))
+        bound_extent = None if extent is None else \
+            prod(win.bounds) if node.op.kind is OpKind.REDUCE else extent
         cmap = CoordMap(self.root.name, tuple(out_coords), tuple((v.name, e) for v, e in loops),
                         tuple(self.loads))
         params = tuple((n, e) for e, n in self.params.items())
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
-                          tuple(self.outer.stmts), cmap, bounds, self.cooperative,
-                          None if extent is None else prod(win.bounds),
-                          index_checks=tuple(self.index_checks.values()))
+                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, bound_extent,
+                          index_checks=tuple(self.index_checks.values()),
+                          coalesced_rows=self.row_contiguous)
 
-    def reduce_loops(self, node, coords, win, extent, loops, acc, red, acc_t, counter) -> None:
-        if self.cooperative:   # one flat loop split across the block: l_k from _lf
-            self.bounds[FLAT_LOOP.name] = prod(win.bounds)
+    def open_loops(self, exts, bounds, extent, loops) -> list[Expr]:
+        """Loop variables over ``exts`` in a fresh inner scope: one per extent, or in the
+        cooperative variant one flat loop split across the block, delinearized."""
+        if self.cooperative:
+            self.bounds[FLAT_LOOP.name] = prod(bounds)
             self.loop_names.add(FLAT_LOOP.name)
             loops.append((FLAT_LOOP, extent))
-            lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, win.extents)]
+            lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, exts)]
         else:
-            lvars = [loop_var(i) for i in range(len(win.extents))]
-            for lv, ext, bound in zip(lvars, win.extents, win.bounds):
+            lvars = [loop_var(i) for i in range(len(exts))]
+            for lv, ext, bound in zip(lvars, exts, bounds):
                 self.bounds[lv.name] = bound
                 self.loop_names.add(lv.name)
                 loops.append((lv, ext))
         self.inner = _Scope([])
-        (where,) = node.op.reverse(self.g, node, coords, loops=lvars)
-        pred, val = self.guarded(node.inputs[0], where)
-        self.inner.stmts.append(Accumulate(acc, red, val, acc_t, pred))
-        if counter:
-            self.inner.stmts.append(Accumulate(counter, _COUNT, "1", I64, pred))
+        return lvars
+
+    def close_loops(self, loops) -> None:
         body: tuple = tuple(self.inner.stmts)
         for lv, ext in reversed(loops):
             body = (Loop(code_name(lv), self.index(ext), body, self.cooperative),)
         self.inner = None
         self.outer.stmts.extend(body)
 
+    def reduce_loops(self, node, coords, win, extent, loops, acc, red, acc_t, counter) -> None:
+        lvars = self.open_loops(win.extents, win.bounds, extent, loops)
+        (where,) = node.op.reverse(self.g, node, coords, loops=lvars)
+        pred, val = self.guarded(node.inputs[0], where)
+        self.inner.stmts.append(Accumulate(acc, red, val, acc_t, pred))
+        if counter:
+            self.inner.stmts.append(Accumulate(counter, _COUNT, "1", I64, pred))
+        self.close_loops(loops)
+
+    def row(self, node, coords, axes, extent, loops, out_t) -> None:
+        """A row-wise normalization: accumulate the row, combine (cooperative), the stats, then
+        each element of the row computed again, normalized and stored."""
+        kind = ROW_KINDS[node.op.name]
+        exts = [self.dims[a] for a in axes]
+        self.outer.stmts.append(RowInit(kind))
+        if not extent.is_lit(0):
+            lvars = self.open_loops(exts, exts, extent, loops)
+            ins = node.op.reverse(self.g, node, coords, loops=lvars)
+            first = len(self.load_indices)
+            self.inner.stmts.append(RowAccumulate(kind, self.value(node.inputs[0], ins[0])))
+            self.row_contiguous = all(_unit_stride(e, lvars[-1])
+                                      for e in self.load_indices[first:])
+            self.close_loops(loops)
+        if self.cooperative:
+            self.outer.stmts.append(RowCombine(kind))
+        self.outer.stmts.append(RowStats(kind, self.index(extent), node.attrs.get("eps", 0.0)))
+        if extent.is_lit(0):
+            return
+        again: list = []
+        lvars = self.open_loops(exts, exts, extent, again)
+        ins = node.op.reverse(self.g, node, coords, loops=lvars)
+        affine = [self.value(p, c) for p, c in zip(node.inputs[1:], ins[1:])]
+        res = self.tmp("v")
+        self.inner.stmts.append(RowOutput(res, kind, self.value(node.inputs[0], ins[0]), out_t,
+                                          *affine))
+        idx = simplify_bounded(linear_index(ins[0], self.dims), self.bounds)
+        idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
+        self.index_exprs.append(idx)
+        self.inner.stmts.append(StoreAt(self.index(idx), res))
+        self.close_loops(again)
+
 
 _COUNT = Reduction(Combine.SUM)
+
+
+def _unit_stride(e: Expr, v: Expr) -> bool:
+    """``e`` is ``v + (terms free of v)``: consecutive ``v`` read consecutive elements (or ``e``
+    does not depend on ``v`` at all)."""
+    if not isinstance(v, Var) or v.name not in e.free_vars:
+        return True
+    if e is v:
+        return True
+    return isinstance(e, Sum) and any(m is v and c == 1 for m, c in e.terms) and \
+        all(m is v or v.name not in m.free_vars for m, _ in e.terms)
 
 
 def _is_poly_of_vars(e: Expr) -> bool:
@@ -382,7 +445,9 @@ def materialized_values(g: Graph) -> list[Value]:
 
 def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
     """One kernel per materialized value that is not a library result and whose element count is not literally 0, in graph order. With ``cooperative``, each reduction
-    kernel also carries a block-per-output ``variant`` (for large reduced extents)."""
+    kernel also carries a block-per-output ``variant`` (for large reduced extents; for a
+    row-wise normalization only when its row is contiguous in memory: a block reading a strided
+    row is uncoalesced, one thread per row is not)."""
     mats = materialized_values(g)
     mat_ids = {v.id for v in mats}
     out = []
@@ -392,7 +457,7 @@ def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
             continue
         name = f"dlcb_k{i}_{_ident(v.name)}"
         body = _Builder(g, v, mat_ids, name).build()
-        if cooperative and body.reduce_extent is not None:
+        if cooperative and body.reduce_extent is not None and body.coalesced_rows:
             body = replace(body, variant=_Builder(g, v, mat_ids, name + "_blk", True).build())
         out.append(body)
     return out

@@ -22,7 +22,7 @@ from typing import Union
 from ..dims import Expr, Var
 from ..ir.dtypes import F64, I64, DType
 from ..ir.graph import Value
-from ..ir.ops import Combine, Reduction, Scalar
+from ..ir.ops import Combine, Reduction, RowKind, Scalar
 
 
 def code_name(v: Var) -> str:
@@ -172,8 +172,52 @@ class Store:         # out[t] = value   (cooperative kernels: thread 0 of the bl
     value: str
 
 
+# Row-wise normalizations (one row per thread, or per block in the cooperative variant). The
+# accumulators are doubles with fixed names: softmax ``rm`` (running max), ``rs`` (sum of
+# exp(x - rm)); norm ``rs1``, ``rs2`` (sum, sum of squares); stats ``rmean``, ``rrstd``, ``rlse``.
+
+@dataclass(frozen=True)
+class RowInit:       # declare and initialize the row accumulators
+    kind: RowKind
+
+
+@dataclass(frozen=True)
+class RowAccumulate:  # fold one element into the accumulators
+    kind: RowKind
+    value: str
+
+
+@dataclass(frozen=True)
+class RowCombine:    # combine the accumulators over the block; every thread gets the result
+    kind: RowKind
+
+
+@dataclass(frozen=True)
+class RowStats:      # norm: rmean, rrstd from count and eps; log_softmax: rlse
+    kind: RowKind
+    count: str
+    eps: float
+
+
+@dataclass(frozen=True)
+class RowOutput:     # T name = f(value) from the stats [* weight + bias]
+    name: str
+    kind: RowKind
+    value: str
+    dtype: DType
+    weight: str = ""
+    bias: str = ""
+
+
+@dataclass(frozen=True)
+class StoreAt:       # out[index] = value   (every thread stores)
+    index: str
+    value: str
+
+
 Stmt = Union[IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Loop, AccInit, Accumulate,
-             BlockReduce, Finish, Store]
+             BlockReduce, Finish, Store, RowInit, RowAccumulate, RowCombine, RowStats, RowOutput,
+             StoreAt]
 
 
 # --- kernels --------------------------------------------------------------------------------------
@@ -219,6 +263,8 @@ class KernelBody:
     variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
     index_checks: tuple[tuple[Value, Expr], ...] = ()
     """Index tensors the kernel reads coordinates from, with the extent each must lie below."""
+    coalesced_rows: bool = True
+    """Row kernels: every load of the row walks memory with stride 1 (a block per row pays)."""
 
     def variants(self) -> tuple["KernelBody", ...]:
         """This kernel and its launch-time alternative, if any."""

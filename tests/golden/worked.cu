@@ -56,6 +56,12 @@ struct dlcb_max_op {
     return dlcb_max(a, b);
   }
 };
+// (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates.
+__device__ __forceinline__ void dlcb_lse_merge(double& m, double& s, double m2, double s2) {
+  if (m != m || m2 != m2) { m = s = m + m2; return; }
+  if (m2 == -INFINITY) return;
+  if (m2 > m) { s = s * exp(m - m2) + s2; m = m2; } else { s += s2 * exp(m2 - m); }
+}
 // Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
 template <typename T, typename F>
 __device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
@@ -70,6 +76,39 @@ __device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
     for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
   }
   return v;
+}
+// v from thread 0 to every thread of the block.
+template <typename T> __device__ __forceinline__ T dlcb_block_broadcast(T v) {
+  __shared__ T b;
+  __syncthreads();  // b may still be read by the previous row
+  if (threadIdx.x == 0) b = v;
+  __syncthreads();
+  return b;
+}
+__device__ __forceinline__ double dlcb_block_allsum(double v) {
+  return dlcb_block_broadcast(dlcb_block_reduce<double>(v, 0.0, dlcb_sum_op()));
+}
+// (m, s) combined over the block with dlcb_lse_merge; every thread gets the result.
+__device__ __forceinline__ void dlcb_block_lse(double& m, double& s) {
+  __shared__ double sm[32], ss[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o), __shfl_down_sync(0xffffffffu, s, o));
+  __syncthreads();
+  if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = (int)((blockDim.x + 31) >> 5);
+    m = lane < nw ? sm[lane] : -INFINITY;
+    s = lane < nw ? ss[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1)
+      dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o),
+                     __shfl_down_sync(0xffffffffu, s, o));
+    if (lane == 0) { sm[0] = m; ss[0] = s; }
+  }
+  __syncthreads();
+  m = sm[0];
+  s = ss[0];
 }
 
 // out = %reshape (f32)

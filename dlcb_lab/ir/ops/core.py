@@ -15,6 +15,8 @@ Op kinds and what kgen does with them:
   coordinates; pad, cat): the first input whose guard holds, else ``attrs["value"]``.
 - ``GATHER``: an input coordinate read from an index tensor (``reverse`` gets ``index=fn``).
 - ``REDUCE``: a loop over a window (``window``) per output element; materialized.
+- ``ROW``: a row-wise normalization (softmax, layer norm): two passes over each row in one
+  kernel; materialized.
 - ``LIBRARY``: computed by ``reference`` on materialized operands (a vendor library through ATen);
   materialized.
 """
@@ -47,6 +49,7 @@ class OpKind(enum.Enum):
     SELECT = "select"             # guarded choice among inputs (pad, cat)
     GATHER = "gather"             # an input coordinate is a value of an index tensor
     REDUCE = "reduce"             # a loop over a window per output element; materialized
+    ROW = "row"                   # two passes over each row (softmax, layer norm); materialized
     LIBRARY = "library"           # vendor library call through ATen; materialized
 
     @property
@@ -57,7 +60,7 @@ class OpKind(enum.Enum):
     @property
     def materialized(self) -> bool:
         """The op's result always gets a buffer."""
-        return self in (OpKind.REDUCE, OpKind.LIBRARY)
+        return self in (OpKind.REDUCE, OpKind.ROW, OpKind.LIBRARY)
 
 
 class Guard(NamedTuple):
