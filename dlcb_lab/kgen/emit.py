@@ -261,9 +261,11 @@ struct dlcb_max_op {
     return dlcb_max(a, b);
   }
 };
-// (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates.
+// (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates, and a +inf
+// element makes s NaN (eager's exp(inf - inf) in the sum).
 __device__ __forceinline__ void dlcb_lse_merge(double& m, double& s, double m2, double s2) {
   if (m != m || m2 != m2) { m = s = m + m2; return; }
+  if (m == INFINITY || m2 == INFINITY) { m = INFINITY; s = NAN; return; }  // exp(inf - inf)
   if (m2 == -INFINITY) return;
   if (m2 > m) { s = s * exp(m - m2) + s2; m = m2; } else { s += s2 * exp(m2 - m); }
 }
@@ -525,6 +527,8 @@ def _hardsigmoid(x):
 def _lse_merge(m, s, m2, s2):
     if m != m or m2 != m2:
         return m + m2, m + m2
+    if m == np.inf or m2 == np.inf:   # exp(inf - inf): NaN, as eager
+        return np.inf, np.nan
     if m2 == -np.inf:
         return m, s
     if m2 > m:

@@ -56,9 +56,11 @@ struct dlcb_max_op {
     return dlcb_max(a, b);
   }
 };
-// (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates.
+// (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates, and a +inf
+// element makes s NaN (eager's exp(inf - inf) in the sum).
 __device__ __forceinline__ void dlcb_lse_merge(double& m, double& s, double m2, double s2) {
   if (m != m || m2 != m2) { m = s = m + m2; return; }
+  if (m == INFINITY || m2 == INFINITY) { m = INFINITY; s = NAN; return; }  // exp(inf - inf)
   if (m2 == -INFINITY) return;
   if (m2 > m) { s = s * exp(m - m2) + s2; m = m2; } else { s += s2 * exp(m2 - m); }
 }

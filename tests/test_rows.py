@@ -1,0 +1,70 @@
+"""Row-wise normalizations (one kernel each): against eager on awkward rows (infinities, NaN,
+empty rows, rows along a middle axis, a permuted input) and the kernel structure itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dlcb_lab as dl
+from dlcb_lab.kgen.infer import infer_kernels
+from dlcb_lab.kgen.kir import RowAccumulate, StoreAt
+
+
+class Rows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(6)
+
+    def forward(self, x):   # x [N, L, 6]
+        return (F.softmax(x, -1), F.log_softmax(x, 1), self.ln(x * 2 + 1),
+                F.layer_norm(x.permute(0, 2, 1), (x.shape[1],)))
+
+
+def _check(cm, m, x):
+    with torch.no_grad():
+        for a, b in zip(cm(x), m(x)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_rows_match_eager_on_awkward_values():
+    m = Rows().eval()
+    cm = dl.compile(m, (torch.randn(2, 5, 6),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    x = torch.randn(3, 7, 6) * 5
+    x[0, 0] = float("-inf")            # a row of -inf: NaN, as eager
+    x[0, 1, 2] = float("-inf")         # one -inf: exp gives 0
+    x[1, 2, 3] = float("inf")
+    x[2, 4, 0] = float("nan")
+    _check(cm, m, x)
+    _check(cm, m, torch.randn(1, 1, 6))
+    _check(cm, m, torch.randn(2, 0, 6))    # no rows / empty rows
+
+
+def test_one_kernel_per_normalization_reading_the_input_twice():
+    m = Rows().eval()
+    cm = dl.compile(m, (torch.randn(2, 5, 6),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    steps = cm.pipeline.partition.steps
+    assert [s.ops[-1] for s in steps] == ["softmax", "log_softmax", "layer_norm", "layer_norm"]
+    for k in cm.pipeline.kernels:
+        loops = [s for s in k.body.stmts if type(s).__name__ == "Loop"]
+        assert len(loops) == 2   # pass 1 accumulates, pass 2 stores
+        assert any(isinstance(s, RowAccumulate) for s in loops[0].body)
+        assert any(isinstance(s, StoreAt) for s in loops[1].body)
+
+
+@pytest.mark.parametrize("permuted, coalesced", [(False, True), (True, False)])
+def test_block_per_row_variant_only_for_contiguous_rows(permuted, coalesced):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = nn.LayerNorm(64)
+
+        def forward(self, x):
+            return self.ln(x.permute(0, 2, 1) if permuted else x)
+
+    x = torch.randn(2, 64, 64)
+    cm = dl.compile(M(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
+    (k,) = infer_kernels(cm.pipeline.graph, cooperative=True)
+    assert (k.variant is not None) is coalesced
