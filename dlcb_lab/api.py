@@ -171,7 +171,7 @@ def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Thunk, int]:
     launchers, builds = build_kernels([k.body for k in p.kernels], backend)
     g = p.graph
     args = (p.host_program, p.launch_plan, launchers, [v.dtype for v in g.inputs], backend,
-            [v.name for v in g.inputs])
+            [v.name for v in g.inputs], len(g.inputs) - len(g.constants))
     thunk = StaticThunk(*args, shapes=shapes) if shapes is not None else DynamicAOTThunk(*args)
     return thunk, builds
 
@@ -245,7 +245,8 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     t0 = time.perf_counter()
     host, plan = lower(g, materialized_values(g), bodies)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
-    consts = [c.detach().to(device) for _, c in g.constants]   # same storage when already there
+    # same storage when already there; contiguous, so calls need not check them
+    consts = [c.detach().to(device).contiguous() for _, c in g.constants]
     shapes = [tuple(x.shape) for x in example_inputs] + [tuple(c.shape) for c in consts]
     try:
         host.interpret(shapes)

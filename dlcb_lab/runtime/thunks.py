@@ -22,13 +22,17 @@ class Thunk:
     kind = "abstract"
 
     def __init__(self, host: HostProgram, plan: LaunchPlan, launchers: Sequence,
-                 in_dtypes: Sequence[torch.dtype], device: str, in_names: Sequence[str]):
+                 in_dtypes: Sequence[torch.dtype], device: str, in_names: Sequence[str],
+                 n_user: int | None = None):
+        """``n_user``: inputs checked per call (the rest are the compiled module's constants,
+        placed and made contiguous once at compile time); default all."""
         self.host = host
         self.plan = plan
         self.launchers = list(launchers)
         self.in_dtypes = tuple(in_dtypes)
         self.device = device
         self.in_names = tuple(in_names)
+        self.n_user = len(self.in_dtypes) if n_user is None else n_user
         self._run_host = host.compile()
         self._narrow_ok = device == "cuda"
         self.calls = 0
@@ -38,7 +42,7 @@ class Thunk:
             raise TypeError(f"expected {len(self.in_dtypes)} tensor inputs "
                             f"({', '.join(self.in_names)}), got {len(args)}")
         out = []
-        for i, (t, dt) in enumerate(zip(args, self.in_dtypes)):
+        for i, (t, dt) in enumerate(zip(args[:self.n_user], self.in_dtypes)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"input {i} '{self.in_names[i]}': expected a torch.Tensor, got "
                                 f"{type(t).__name__}")
@@ -53,6 +57,11 @@ class Thunk:
             if t.requires_grad:   # inference only: outputs carry no autograd history
                 t = t.detach()
             out.append(t if t.is_contiguous() else t.contiguous())
+        consts = args[self.n_user:]
+        if consts and out and consts[0].device != out[0].device:
+            raise ValueError(f"inputs on {out[0].device}, the module's parameters on "
+                             f"{consts[0].device}")
+        out.extend(consts)
         return out
 
     def _registers(self, tensors: list[torch.Tensor]) -> list[int]:
