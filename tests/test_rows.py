@@ -3,13 +3,11 @@ empty rows, rows along a middle axis, a permuted input) and the kernel structure
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import dlcb_lab as dl
-from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.kgen.kir import RowAccumulate, StoreAt
 
 
@@ -52,19 +50,3 @@ def test_one_kernel_per_normalization_reading_the_input_twice():
         assert len(loops) == 2   # pass 1 accumulates, pass 2 stores
         assert any(isinstance(s, RowAccumulate) for s in loops[0].body)
         assert any(isinstance(s, StoreAt) for s in loops[1].body)
-
-
-@pytest.mark.parametrize("permuted, coalesced", [(False, True), (True, False)])
-def test_block_per_row_variant_only_for_contiguous_rows(permuted, coalesced):
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln = nn.LayerNorm(64)
-
-        def forward(self, x):
-            return self.ln(x.permute(0, 2, 1) if permuted else x)
-
-    x = torch.randn(2, 64, 64)
-    cm = dl.compile(M(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
-    (k,) = infer_kernels(cm.pipeline.graph, cooperative=True)
-    assert (k.variant is not None) is coalesced

@@ -259,12 +259,13 @@ def fp32_math():
     """cuBLAS and cuDNN in full fp32 (TF32 off) inside; the previous flags are restored after.
     Correctness checks run under it (library thunks call the same ATen ops, so both sides get
     it); timings do not."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:   # cudnn's flags through its context manager (setting them may be locked globally)
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
+            yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def _sync(device: str | torch.device) -> None:

@@ -84,6 +84,17 @@ def operand(x: Any) -> Value | bool | int | float:
     raise UnsupportedOp(f"operand {x!r} is neither a tensor nor a Python number")
 
 
+def dim_arg(x: Any, what: str) -> Expr:
+    """A size argument (slice bound, pad width, section size): a Python int or a dimension
+    expression; a tensor (a data-dependent size) or anything else is ``UnsupportedOp``."""
+    if isinstance(x, Value):
+        raise UnsupportedOp(f"{what} is a tensor (a data-dependent size); only Python ints and "
+                            f"sizes of tensors are supported")
+    if isinstance(x, bool) or not isinstance(x, (int, Expr)):
+        raise UnsupportedOp(f"{what} {x!r} is not an integer")
+    return as_expr(x)
+
+
 def refuse(**kw: Any) -> None:
     """Refuse arguments the lowering does not support (value differs from the default)."""
     for k, (v, default) in kw.items():

@@ -4,8 +4,10 @@ normalizations, activations, pooling, concatenation, slicing and padding become 
 Each lowering has torch's signature (after the context and, for modules, the module).
 
 Inference semantics: dropout and stochastic depth are identities unless ``training``; batch norm
-uses the running statistics. Where torch clamps a slice to the axis, a symbolic axis is instead
-required to hold the slice (a host check).
+uses the running statistics. Where torch's result depends on a run-time size in a way the graph
+cannot express, a symbolic axis is instead required to hold the static reading (a host check,
+``ShapeMismatch`` before any launch): a slice torch would clamp must lie in the axis, a chunk count
+must not shrink, an axis ``squeeze`` may drop must not be 1.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision.ops
 
-from ..dims import Expr, Lit, as_expr, lit
-from ..errors import ShapeError, UnsupportedOp
+try:   # torchvision's stochastic depth (EfficientNet, ConvNeXt, Swin); optional
+    import torchvision.ops as tv_ops
+except ImportError:   # pragma: no cover
+    tv_ops = None
+
+from ..dims import Expr, Lit, as_expr, lit, prod
+from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Value
-from .common import Cx, axes_arg, operand, refuse, tensor_arg, wrap_axis
+from .common import Cx, axes_arg, dim_arg, operand, refuse, tensor_arg, wrap_axis
 
 
 def _pair(v: Any, what: str) -> tuple[int, int]:
@@ -47,15 +53,22 @@ def _channel_bias(cx: Cx, y: Value, bias: Any, axis: int) -> Value:
 # --- library ops ----------------------------------------------------------------------------------
 
 def _l_conv2d(cx, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    x, w = tensor_arg(input), tensor_arg(weight, "weight")
+    if x.rank == 3 and w.rank == 4:
+        raise UnsupportedOp("conv2d of an unbatched (rank-3) input; add a batch axis")
     if isinstance(padding, str):
         if padding not in ("same", "valid"):
             raise UnsupportedOp(f"padding={padding!r}")
         padding = (0, 0) if padding == "valid" else padding
     else:
         padding = _pair(padding, "padding")
-    y = cx.apply("conv2d", tensor_arg(input), tensor_arg(weight, "weight"),
-                 stride=_pair(stride, "stride"), padding=padding,
-                 dilation=_pair(dilation, "dilation"), groups=int(groups))
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    if min(stride) < 1 or min(dilation) < 1 or padding != "same" and min(padding) < 0 or \
+            isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"conv2d: stride {stride} and dilation {dilation} must be positive, "
+                         f"padding {padding} non-negative, groups {groups!r} a positive int")
+    y = cx.apply("conv2d", x, w, stride=stride, padding=padding, dilation=dilation,
+                 groups=groups)
     return _channel_bias(cx, y, bias, 1)
 
 
@@ -79,10 +92,18 @@ def _ranked(rank: int) -> Callable:
 
 
 def _l_addmm(cx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """``beta * input + alpha * (mat1 @ mat2)``; with ``beta == 0`` the input is not read (its
+    NaNs do not propagate, as in torch) but must still broadcast to the product."""
     y = _ranked(2)(cx, mat1, mat2, out=out)
     if alpha != 1:
         y = cx.apply("mul", y, alpha)
     c = operand(input)
+    if isinstance(c, Value) and c.rank > 2:
+        raise ShapeError(f"addmm input of rank {c.rank} does not broadcast to the rank-2 product")
+    if beta == 0:
+        if isinstance(c, Value):   # the broadcast check alone; the value is dead
+            cx.apply("expand", c, sizes=tuple(cx.g.dims(y)))
+        return y
     if beta != 1:
         c = cx.apply("mul", c, beta) if isinstance(c, Value) else c * beta
     return cx.apply("add", c, y)
@@ -90,11 +111,23 @@ def _l_addmm(cx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
 
 def _l_sdpa(cx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
             enable_gqa=False):
+    """A boolean ``attn_mask`` (True: attend) becomes the additive mask ``0 / -inf``."""
     refuse(dropout_p=(dropout_p, 0.0), enable_gqa=(enable_gqa, False))
+    if is_causal and attn_mask is not None:
+        raise ShapeError("attn_mask and is_causal=True together (torch rejects them)")
     ins = [tensor_arg(query, "query"), tensor_arg(key, "key"), tensor_arg(value, "value")]
     if attn_mask is not None:
-        ins.append(tensor_arg(attn_mask, "attn_mask"))
+        ins.append(_additive_mask(cx, tensor_arg(attn_mask, "attn_mask"), ins[0].dtype, True))
     return cx.apply("sdpa", *ins, is_causal=bool(is_causal), scale=scale)
+
+
+def _additive_mask(cx: Cx, mask: Value, dtype: torch.dtype, attend: bool) -> Value:
+    """A boolean mask as an additive one in ``dtype``: 0 where the mask is ``attend``, -inf
+    elsewhere; a floating mask unchanged."""
+    if mask.dtype is not torch.bool:
+        return mask
+    inf = float("-inf")
+    return cx.cast(cx.apply("where", mask, *((0.0, inf) if attend else (inf, 0.0))), dtype)
 
 
 # --- normalization ----------------------------------------------------------------------------------
@@ -134,11 +167,11 @@ def _l_layer_norm(cx, input, normalized_shape, weight=None, bias=None, eps=1e-5)
         cx.g.constrain(dims[x.rank - k + i], as_expr(d), "layer_norm",
                        f"normalized_shape[{i}] with input axis {x.rank - k + i}", cx.where)
     axes = tuple(range(x.rank - k, x.rank))
-    xc = cx.apply("sub", x, cx.apply("mean", x, dims=axes, keepdim=True))
-    var = cx.apply("mean", cx.apply("mul", xc, xc), dims=axes, keepdim=True)
-    y = cx.apply("mul", xc, cx.apply("rsqrt", cx.apply("add", var, eps)))
-    if weight is not None:
-        y = cx.apply("mul", y, tensor_arg(weight, "weight"))
+    affine = [tensor_arg(weight, "weight")] if weight is not None else []
+    if affine and bias is not None:   # one kernel: normalize, scale, shift
+        affine.append(tensor_arg(bias, "bias"))
+        bias = None
+    y = cx.apply("layer_norm", x, *affine, axes=axes, eps=float(eps))
     return y if bias is None else cx.apply("add", y, tensor_arg(bias, "bias"))
 
 
@@ -151,13 +184,11 @@ def _softmax(log: bool) -> Callable:
             x = cx.cast(x, dtype)
         if not x.dtype.is_floating_point:
             raise UnsupportedOp(f"softmax of {x.dtype}")
-        axes = (wrap_axis(dim, x.rank),) if x.rank else ()
-        m = cx.apply("amax", x, dims=axes, keepdim=True)
-        xm = cx.apply("sub", x, m)
-        s = cx.apply("sum", cx.apply("exp", xm), dims=axes, keepdim=True)
-        if log:
-            return cx.apply("sub", xm, cx.apply("log", s))
-        return cx.apply("div", cx.apply("exp", xm), s)
+        a = wrap_axis(dim, x.rank)
+        if x.rank:   # one kernel: two passes over each row
+            return cx.apply("log_softmax" if log else "softmax", x, axes=(a,))
+        xm = cx.apply("sub", x, x)   # a 0-d row of one element: softmax 1, log_softmax 0
+        return xm if log else cx.apply("exp", xm)
     return lowering
 
 
@@ -170,11 +201,17 @@ def _act(op: str) -> Callable:
 
 
 def _l_hardtanh(cx, input, min_val=-1.0, max_val=1.0, inplace=False):
-    return cx.apply("clamp", tensor_arg(input), min_val, max_val)
+    """``clamp`` keeping the input's dtype: on integers torch truncates the bounds to ints."""
+    x = tensor_arg(input)
+    if x.dtype is torch.bool:
+        raise DTypeError("hardtanh of bool (torch rejects it)")
+    if not x.dtype.is_floating_point:
+        min_val, max_val = int(min_val), int(max_val)
+    return cx.apply("clamp", x, min_val, max_val)
 
 
 def _l_relu6(cx, input, inplace=False):
-    return cx.apply("clamp", tensor_arg(input), 0.0, 6.0)
+    return _l_hardtanh(cx, input, 0.0, 6.0)
 
 
 def _l_gelu(cx, input, approximate="none"):
@@ -192,12 +229,14 @@ def _l_clamp(cx, input, min=None, max=None, *, out=None):
     if lo is not None and hi is not None and not isinstance(lo, Value) and \
             not isinstance(hi, Value):
         return cx.apply("clamp", x, lo, hi)
+    # the open side of a one-sided scalar clamp: the extreme of x's dtype, so no promotion
+    top, bottom = (float("inf"), float("-inf")) if x.dtype.is_floating_point else \
+        (torch.iinfo(x.dtype).max, torch.iinfo(x.dtype).min) if x.dtype != torch.bool else (1, 0)
     if lo is not None:
-        x = cx.apply("maximum", x, lo) if isinstance(lo, Value) else cx.apply("clamp", x, lo,
-                                                                               float("inf"))
+        x = cx.apply("maximum", x, lo) if isinstance(lo, Value) else cx.apply("clamp", x, lo, top)
     if hi is not None:
-        x = cx.apply("minimum", x, hi) if isinstance(hi, Value) else cx.apply("clamp", x,
-                                                                              float("-inf"), hi)
+        x = cx.apply("minimum", x, hi) if isinstance(hi, Value) else cx.apply("clamp", x, bottom,
+                                                                              hi)
     return x
 
 
@@ -215,21 +254,35 @@ def _l_stochastic_depth(cx, input, p, mode, training=True):
 
 # --- pooling ----------------------------------------------------------------------------------------
 
+def _pool_stride(stride: Any, k: tuple[int, int]) -> tuple[int, int]:
+    """torch's default stride (None or empty): the kernel size."""
+    return k if stride is None or isinstance(stride, (tuple, list)) and not stride else \
+        _pair(stride, "stride")
+
+
+def _l_max_pool2d_with_indices(cx, input, kernel_size, stride=None, padding=0, dilation=1,
+                               ceil_mode=False, return_indices=False):
+    raise UnsupportedOp("max_pool2d with return_indices=True (an indices output)")
+
+
 def _l_max_pool2d(cx, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                   return_indices=False):
     refuse(return_indices=(return_indices, False))
     k = _pair(kernel_size, "kernel_size")
     return cx.apply("max_pool2d", tensor_arg(input), kernel_size=k,
-                    stride=_pair(stride, "stride") if stride else k,
+                    stride=_pool_stride(stride, k),
                     padding=_pair(padding, "padding"), dilation=_pair(dilation, "dilation"),
                     ceil_mode=bool(ceil_mode))
 
 
 def _l_avg_pool2d(cx, input, kernel_size, stride=None, padding=0, ceil_mode=False,
                   count_include_pad=True, divisor_override=None):
+    if divisor_override is not None and (isinstance(divisor_override, bool) or not isinstance(
+            divisor_override, int) or divisor_override == 0):
+        raise ShapeError(f"divisor_override={divisor_override!r}: a non-zero int")
     k = _pair(kernel_size, "kernel_size")
     return cx.apply("avg_pool2d", tensor_arg(input), kernel_size=k,
-                    stride=_pair(stride, "stride") if stride else k,
+                    stride=_pool_stride(stride, k),
                     padding=_pair(padding, "padding"), ceil_mode=bool(ceil_mode),
                     count_include_pad=bool(count_include_pad), divisor_override=divisor_override)
 
@@ -273,9 +326,11 @@ def slice_axis(cx: Cx, x: Value, axis: int, start: Any, stop: Any, step: Any) ->
         def bound(b, default):
             if b is None or (isinstance(b, int) and b >= _HUGE):
                 return default
-            b = as_expr(b)
+            b = dim_arg(b, "slice bound")
             return d + b if isinstance(b, Lit) and b.value < 0 else b
         s_e, e_e = bound(start, lit(0)), bound(stop, d)
+        cx.g.require(s_e, "slice", f"slice start {s_e!r} within axis {axis} (extent {d!r})",
+                     cx.where)
         cx.g.require(e_e - s_e, "slice", f"slice [{s_e!r}:{e_e!r}] of axis {axis} (extent {d!r}) "
                      f"is not empty-reversed", cx.where)
         n_e = (e_e - s_e + step - 1) // step
@@ -321,19 +376,31 @@ def _l_getitem(cx, input, idx):
 
 
 def _l_narrow(cx, input, dim, start, length):
+    """``x[..., start : start + length, ...]``; unlike a slice, torch does not clamp: the range
+    must lie in the axis (checked now on a literal axis, by the host on a symbolic one)."""
     x = tensor_arg(input)
     a = wrap_axis(dim, x.rank)
-    s = as_expr(start)
+    d = cx.g.dims(x)[a]
+    s, n = dim_arg(start, "narrow start"), dim_arg(length, "narrow length")
     if isinstance(s, Lit) and s.value < 0:
-        s = cx.g.dims(x)[a] + s
-    return slice_axis(cx, x, a, s, s + length, 1)
+        s = d + s
+    cx.g.require(s, "narrow", f"start {start!r} within axis {a} of extent {d!r}", cx.where)
+    cx.g.require(n, "narrow", f"length {length!r} is not negative", cx.where)
+    cx.g.require(d - s - n, "narrow", f"start {start!r} + length {length!r} within axis {a} of "
+                 f"extent {d!r}", cx.where)
+    return slice_axis(cx, x, a, s, s + n, 1)
 
 
 def _l_cat(cx, tensors, dim=0, *, out=None):
+    """torch's legacy rule: 1-D tensors of (literal) size 0 are skipped."""
     refuse(out=(out, None))
     xs = [tensor_arg(t, "tensors") for t in tensors]
     if not xs:
         raise ShapeError("cat of no tensors")
+    kept = [x for x in xs if not (x.rank == 1 and cx.g.dims(x)[0] is lit(0))]
+    if not kept:
+        return xs[0]
+    xs = kept
     a = wrap_axis(dim, xs[0].rank)
     return cx.apply("cat", *xs, dim=a)
 
@@ -357,9 +424,17 @@ def _l_unsqueeze(cx, input, dim):
 
 
 def _l_squeeze(cx, input, dim=None):
+    """Drops the named (default: all) axes of extent 1. torch decides per call, so a symbolic
+    axis among them is required to stay >= 2 (else the output rank would vary; a host check)."""
     x = tensor_arg(input)
     dims = list(cx.g.dims(x))
+    if isinstance(dim, (tuple, list)) and not dim:   # squeeze(()) squeezes nothing
+        return x
     axes = range(x.rank) if dim is None else axes_arg(dim, x.rank)
+    for a in axes:
+        if not isinstance(dims[a], Lit):
+            cx.g.require(dims[a] - 2, "squeeze", f"axis {a} ({dims[a]!r}) is not 1 (torch would "
+                         f"drop it: the output rank would vary)", cx.where)
     drop = {a for a in axes if dims[a] is lit(1)}
     if not drop:
         return x
@@ -367,18 +442,26 @@ def _l_squeeze(cx, input, dim=None):
 
 
 def _l_split(cx, tensor, split_size_or_sections, dim=0):
+    """Pieces of an int size (the last one shorter; a literal axis, or a symbolic one the size
+    divides: the piece count must not vary), or a list of sections summing to the axis."""
     x = tensor_arg(tensor)
     a = wrap_axis(dim, x.rank)
     d = cx.g.dims(x)[a]
-    if isinstance(split_size_or_sections, (int, Expr)) and not isinstance(split_size_or_sections,
-                                                                          bool):
-        size = as_expr(split_size_or_sections)
-        if not (isinstance(d, Lit) and isinstance(size, Lit)):
-            raise UnsupportedOp(f"split of symbolic axis {d!r} into pieces of {size!r}")
-        sizes = [min(size.value, d.value - s) for s in range(0, d.value, size.value)] or [0]
+    if not isinstance(split_size_or_sections, (tuple, list)):
+        size = dim_arg(split_size_or_sections, "split_size")
+        if isinstance(size, Lit) and size.value < 1 and not (size.value == 0 and d is lit(0)):
+            raise ShapeError(f"split_size {size.value} must be positive (axis {a} of extent "
+                             f"{d!r})")
+        if isinstance(d, Lit) and isinstance(size, Lit):
+            sizes = [min(size.value, d.value - s) for s in range(0, d.value, size.value)] or [0]
+        else:
+            raise UnsupportedOp(f"split of symbolic axis {a} ({d!r}) into pieces of {size!r}: "
+                                f"the piece count would vary with the axis; use sections")
     else:
-        sizes = [as_expr(s) for s in split_size_or_sections]
-        total = sum(sizes[1:], as_expr(sizes[0])) if sizes else lit(0)
+        sizes = [dim_arg(s, "split section") for s in split_size_or_sections]
+        for s in sizes:
+            cx.g.require(s, "split", f"section {s!r} is not negative", cx.where)
+        total = sum(sizes[1:], sizes[0]) if sizes else lit(0)
         cx.g.constrain(total, d, "split", f"sections {sizes} sum to axis {a}", cx.where)
     out, off = [], lit(0)
     for s in sizes:
@@ -387,16 +470,29 @@ def _l_split(cx, tensor, split_size_or_sections, dim=0):
     return tuple(out)
 
 
+def _l_split_with_sizes(cx, input, split_sizes, dim=0):
+    if not isinstance(split_sizes, (tuple, list)):
+        raise UnsupportedOp(f"split_sizes {split_sizes!r} is not a list of sizes")
+    return _l_split(cx, input, split_sizes, dim)
+
+
 def _l_chunk(cx, input, chunks, dim=0):
+    """torch's rule: pieces of ``ceil(D / chunks)``, the last one shorter, possibly fewer than
+    ``chunks`` pieces. On a symbolic axis the count is fixed at ``chunks``: the last piece
+    ``D - (chunks - 1) * ceil(D / chunks)`` must not be empty (a host check)."""
     x = tensor_arg(input)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ShapeError(f"chunks {chunks!r} must be a positive integer")
     a = wrap_axis(dim, x.rank)
     d = cx.g.dims(x)[a]
     if isinstance(d, Lit):
-        size = -(-d.value // chunks) if d.value else 0
-        return _l_split(cx, x, size if size else 1, a) if d.value else (x,)
-    cx.g.constrain(d % chunks, lit(0), "chunk", f"axis {a} ({d!r}) splits into {chunks} "
-                   f"equal chunks", cx.where)
-    return _l_split(cx, x, [d // chunks] * chunks, a)
+        size = -(-d.value // chunks)
+        return _l_split(cx, x, size, a) if d.value else (x,)
+    size = (d + chunks - 1) // chunks
+    last = d - (chunks - 1) * size
+    cx.g.require(last - 1, "chunk", f"axis {a} ({d!r}) splits into {chunks} non-empty chunks "
+                 f"of ceil({d!r}/{chunks}) (the last shorter)", cx.where)
+    return _l_split(cx, x, [size] * (chunks - 1) + [last], a)
 
 
 def _l_unbind(cx, input, dim=0):
@@ -404,7 +500,8 @@ def _l_unbind(cx, input, dim=0):
     a = wrap_axis(dim, x.rank)
     d = cx.g.dims(x)[a]
     if not isinstance(d, Lit):
-        raise UnsupportedOp(f"unbind of symbolic axis {d!r}")
+        raise UnsupportedOp(f"unbind of symbolic axis {a} ({d!r}): the output count would vary "
+                            f"with the axis")
     return tuple(_l_getitem(cx, x, (slice(None),) * a + (i,)) for i in range(d.value))
 
 
@@ -412,15 +509,24 @@ def _l_pad(cx, input, pad, mode="constant", value=None):
     x = tensor_arg(input)
     if mode != "constant":
         raise UnsupportedOp(f"pad mode {mode!r} (constant only)")
-    pad = [as_expr(p) for p in pad]
+    pad = [dim_arg(p, "pad width") for p in pad]
     if len(pad) % 2 or len(pad) // 2 > x.rank:
         raise ShapeError(f"pad {pad} for a rank-{x.rank} tensor")
     before, after = [lit(0)] * x.rank, [lit(0)] * x.rank
     for i in range(len(pad) // 2):
-        before[x.rank - 1 - i], after[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    if any(isinstance(p, Lit) and p.value < 0 for p in pad):
-        raise UnsupportedOp(f"negative pad {pad} (cropping)")
-    if all(p is lit(0) for p in pad):
+        a = x.rank - 1 - i
+        b, e = pad[2 * i], pad[2 * i + 1]
+        if isinstance(b, Lit) and b.value < 0 or isinstance(e, Lit) and e.value < 0:
+            # a negative width crops: a slice of the axis, which must stay non-negative
+            d = cx.g.dims(x)[a]
+            lo = -b if isinstance(b, Lit) and b.value < 0 else lit(0)
+            hi = d + e if isinstance(e, Lit) and e.value < 0 else d
+            cx.g.require(hi - lo, "pad", f"negative pad ({b!r}, {e!r}) crops axis {a} of extent "
+                         f"{d!r} to a non-negative size", cx.where)
+            x = slice_axis(cx, x, a, lo, hi, 1)
+            b, e = (lit(0) if isinstance(w, Lit) and w.value < 0 else w for w in (b, e))
+        before[a], after[a] = b, e
+    if all(p is lit(0) for p in before + after):
         return x
     return cx.apply("pad", x, before=tuple(before), after=tuple(after),
                     value=0.0 if value is None else value)
@@ -447,11 +553,21 @@ def _l_expand_as(cx, input, other):
 
 
 def _l_roll(cx, input, shifts, dims=None):
+    """Without ``dims``, a roll of the flattened tensor (reshaped back)."""
     x = tensor_arg(input)
-    if dims is None:
-        raise UnsupportedOp("roll without dims (over the flattened tensor)")
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in shifts):
+        raise UnsupportedOp(f"roll shifts {shifts!r}: Python ints only")
+    if dims is None:
+        if len(shifts) != 1:
+            raise ShapeError(f"roll without dims takes one shift, got {list(shifts)}")
+        dims_x = cx.g.dims(x)
+        flat = cx.apply("reshape", x, shape=(prod(dims_x),))
+        return cx.apply("reshape", cx.apply("roll", flat, shifts=shifts, dims=(0,)),
+                        shape=tuple(dims_x))
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ShapeError(f"roll shifts {list(shifts)} and dims {list(dims)} differ in length")
     return cx.apply("roll", x, shifts=shifts, dims=tuple(wrap_axis(d, x.rank) for d in dims))
 
 
@@ -503,14 +619,16 @@ def _m_mha(cx, mod: nn.MultiheadAttention, query, key, value, key_padding_mask=N
     if mod.bias_k is not None or mod.add_zero_attn or mod.dropout and mod.training:
         raise UnsupportedOp("MultiheadAttention with bias_k/bias_v, add_zero_attn or dropout")
     q, k, v = (tensor_arg(t, w) for t, w in ((query, "query"), (key, "key"), (value, "value")))
-    if not mod.batch_first:
-        q, k, v = (cx.apply("permute", t, dims=(1, 0, 2)) if t.rank == 3 else t
-                   for t in (q, k, v))
     if q.rank != 3:
         raise UnsupportedOp(f"MultiheadAttention of a rank-{q.rank} query (batched only)")
+    same = q is k is v
+    if not mod.batch_first:   # [L, N, E] -> [N, L, E]; self-attention permutes once
+        q, k, v = (cx.apply("permute", t, dims=(1, 0, 2)) if t.rank == 3 else t
+                   for t in (q, k, v)) if not same else \
+            (cx.apply("permute", q, dims=(1, 0, 2)),) * 3
     e, h = mod.embed_dim, mod.num_heads
     b_in = mod.in_proj_bias
-    if mod._qkv_same_embed_dim and q is k is v:
+    if mod._qkv_same_embed_dim and same:
         qkv = _l_linear(cx, q, cx.param(mod.in_proj_weight, "in_proj_weight"),
                         cx.param(b_in, "in_proj_bias"))
         q, k, v = _l_split(cx, qkv, [e, e, e], -1)
@@ -522,12 +640,22 @@ def _m_mha(cx, mod: nn.MultiheadAttention, query, key, value, key_padding_mask=N
                              None if b is None else cx.param(b.detach(), f"{n}_proj_bias"))
                    for t, w, b, n in zip((q, k, v), ws, bs, "qkv"))
 
-    def heads(t: Value) -> Value:
+    def heads(t: Value) -> Value:   # [N, S, E] -> [N, h, S, E/h], contiguous for the kernel
         n, s, _ = cx.g.dims(t)
-        return cx.apply("permute", cx.apply("reshape", t, shape=(n, s, h, e // h)),
-                        dims=(0, 2, 1, 3))
+        out = cx.apply("permute", cx.apply("reshape", t, shape=(n, s, h, e // h)),
+                       dims=(0, 2, 1, 3))
+        cx.g.materialize.add(out.id)
+        return out
 
-    mask = None if attn_mask is None else tensor_arg(attn_mask, "attn_mask")
+    mask = None
+    if is_causal:   # torch: a hint that attn_mask is causal; sdpa then builds the mask itself
+        if attn_mask is None:
+            raise ShapeError("MultiheadAttention is_causal=True needs attn_mask (torch's rule)")
+    elif attn_mask is not None:   # True: not allowed to attend; [L, S] or [N*heads, L, S]
+        mask = _additive_mask(cx, tensor_arg(attn_mask, "attn_mask"), q.dtype, False)
+        if mask.rank == 3:
+            _, ml, ms = cx.g.dims(mask)
+            mask = cx.apply("reshape", mask, shape=(cx.g.dims(q)[0], h, ml, ms))
     o = _l_sdpa(cx, heads(q), heads(k), heads(v), mask, is_causal=bool(is_causal))
     n, _, s, _ = cx.g.dims(o)
     o = cx.apply("reshape", cx.apply("permute", o, dims=(0, 2, 1, 3)), shape=(n, s, e))
@@ -548,12 +676,12 @@ LOWERINGS: dict[str, Callable] = {
     **{op: _act(op) for op in ("silu", "hardswish", "hardsigmoid")},
     "relu6": _l_relu6, "hardtanh": _l_hardtanh, "gelu": _l_gelu, "clamp": _l_clamp,
     "dropout": _l_dropout, "stochastic_depth": _l_stochastic_depth,
-    "max_pool2d": _l_max_pool2d, "avg_pool2d": _l_avg_pool2d,
-    "adaptive_avg_pool2d": _l_adaptive_avg_pool2d,
+    "max_pool2d": _l_max_pool2d, "max_pool2d_with_indices": _l_max_pool2d_with_indices,
+    "avg_pool2d": _l_avg_pool2d, "adaptive_avg_pool2d": _l_adaptive_avg_pool2d,
     "getitem": _l_getitem, "narrow": _l_narrow, "cat": _l_cat, "stack": _l_stack,
-    "unsqueeze": _l_unsqueeze, "squeeze": _l_squeeze, "split": _l_split, "chunk": _l_chunk,
-    "unbind": _l_unbind, "pad": _l_pad, "expand": _l_expand, "expand_as": _l_expand_as,
-    "roll": _l_roll, "t": _l_t,
+    "unsqueeze": _l_unsqueeze, "squeeze": _l_squeeze, "split": _l_split,
+    "split_with_sizes": _l_split_with_sizes, "chunk": _l_chunk, "unbind": _l_unbind,
+    "pad": _l_pad, "expand": _l_expand, "expand_as": _l_expand_as, "roll": _l_roll, "t": _l_t,
 }
 
 FUNCTIONS: dict[Any, tuple[str, bool]] = {
@@ -567,13 +695,15 @@ FUNCTIONS: dict[Any, tuple[str, bool]] = {
     F.hardsigmoid: ("hardsigmoid", False), F.relu6: ("relu6", False),
     F.hardtanh: ("hardtanh", False), F.gelu: ("gelu", False), torch.clamp: ("clamp", False),
     torch.clip: ("clamp", False), F.dropout: ("dropout", False),
-    torchvision.ops.stochastic_depth: ("stochastic_depth", False),
-    F.max_pool2d: ("max_pool2d", False), F.avg_pool2d: ("avg_pool2d", False),
+    F.max_pool2d: ("max_pool2d", False),
+    F.max_pool2d_with_indices: ("max_pool2d_with_indices", False),
+    F.avg_pool2d: ("avg_pool2d", False),
     F.adaptive_avg_pool2d: ("adaptive_avg_pool2d", False),
     torch.narrow: ("narrow", False), torch.cat: ("cat", False), torch.concat: ("cat", False),
     torch.stack: ("stack", False), torch.unsqueeze: ("unsqueeze", False),
     torch.squeeze: ("squeeze", False), torch.split: ("split", False),
-    torch.chunk: ("chunk", False), torch.unbind: ("unbind", False), F.pad: ("pad", False),
+    torch.chunk: ("chunk", False), torch.split_with_sizes: ("split_with_sizes", False),
+    torch.unbind: ("unbind", False), F.pad: ("pad", False),
     torch.roll: ("roll", False), torch.t: ("t", False),
     F.hardtanh_: ("hardtanh", True),
 }
@@ -581,8 +711,8 @@ FUNCTIONS: dict[Any, tuple[str, bool]] = {
 
 METHODS: dict[str, tuple[str, bool]] = {
     **{n: (n, False) for n in ("matmul", "bmm", "mm", "softmax", "log_softmax", "clamp",
-                               "narrow", "unsqueeze", "squeeze", "split", "chunk", "unbind",
-                               "expand", "expand_as", "roll", "t")},
+                               "narrow", "unsqueeze", "squeeze", "split", "split_with_sizes",
+                               "chunk", "unbind", "expand", "expand_as", "roll", "t")},
     "clip": ("clamp", False), "clamp_": ("clamp", True), "unsqueeze_": ("unsqueeze", True),
 }
 """fx ``call_method`` name -> (lowering name, in place)."""
@@ -598,9 +728,12 @@ MODULE_ATTRS: dict[type, tuple[str, tuple[str, ...]]] = {
     nn.AdaptiveAvgPool2d: ("adaptive_avg_pool2d", ("output_size",)),
     nn.Dropout: ("dropout", ("p", "training")), nn.Softmax: ("softmax", ("dim",)),
     nn.LogSoftmax: ("log_softmax", ("dim",)),
-    torchvision.ops.StochasticDepth: ("stochastic_depth", ("p", "mode", "training")),
 }
 """leaf module type -> (lowering name, module attributes passed as keyword arguments)."""
+
+if tv_ops is not None:
+    FUNCTIONS[tv_ops.stochastic_depth] = ("stochastic_depth", False)
+    MODULE_ATTRS[tv_ops.StochasticDepth] = ("stochastic_depth", ("p", "mode", "training"))
 
 MODULES: dict[type, Callable] = {
     nn.Conv2d: _m_conv2d, nn.Linear: _m_linear, nn.BatchNorm2d: _m_batch_norm,

@@ -62,8 +62,6 @@ class _Builder:
         self.inner: _Scope | None = None
         self.pred = ""                            # the guard in force ("" for none)
         self.index_checks: dict[int, tuple[Value, Expr]] = {}
-        self.load_indices: list[Expr] = []
-        self.row_contiguous = True   # a row kernel's loads walk memory with stride 1
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
 
     def tmp(self, p: str) -> str:
@@ -172,6 +170,8 @@ class _Builder:
             self.bounds[u.name] = gd.hi
             self.coord_defs[u] = simplify_bounded(e.subs(self.coord_defs), self.bounds)
             self.coord_names.add(u.name)
+            if e.free_vars & self.loop_names:   # defined per loop iteration: code using u too
+                self.loop_names.add(u.name)
             coords = [u if c is e else c for c in coords]
         return coords
 
@@ -213,7 +213,6 @@ class _Builder:
             idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
             iname = self.index(idx)
             self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
-            self.load_indices.append(idx)
             self.loads.append((v.name, tuple(coords)))
             name = self.tmp("x")
             stmt = Load(name, dtype_of(v.dtype), buf, iname, self.pred)
@@ -308,8 +307,7 @@ class _Builder:
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
                           tuple(self.outer.stmts), cmap, bounds, self.cooperative, bound_extent,
-                          index_checks=tuple(self.index_checks.values()),
-                          coalesced_rows=self.row_contiguous)
+                          index_checks=tuple(self.index_checks.values()))
 
     def open_loops(self, exts, bounds, extent, loops) -> list[Expr]:
         """Loop variables over ``exts`` in a fresh inner scope: one per extent, or in the
@@ -353,10 +351,7 @@ class _Builder:
         if not extent.is_lit(0):
             lvars = self.open_loops(exts, exts, extent, loops)
             ins = node.op.reverse(self.g, node, coords, loops=lvars)
-            first = len(self.load_indices)
             self.inner.stmts.append(RowAccumulate(kind, self.value(node.inputs[0], ins[0])))
-            self.row_contiguous = all(_unit_stride(e, lvars[-1])
-                                      for e in self.load_indices[first:])
             self.close_loops(loops)
         if self.cooperative:
             self.outer.stmts.append(RowCombine(kind))
@@ -378,17 +373,6 @@ class _Builder:
 
 
 _COUNT = Reduction(Combine.SUM)
-
-
-def _unit_stride(e: Expr, v: Expr) -> bool:
-    """``e`` is ``v + (terms free of v)``: consecutive ``v`` read consecutive elements (or ``e``
-    does not depend on ``v`` at all)."""
-    if not isinstance(v, Var) or v.name not in e.free_vars:
-        return True
-    if e is v:
-        return True
-    return isinstance(e, Sum) and any(m is v and c == 1 for m, c in e.terms) and \
-        all(m is v or v.name not in m.free_vars for m, _ in e.terms)
 
 
 def _is_poly_of_vars(e: Expr) -> bool:
@@ -445,9 +429,7 @@ def materialized_values(g: Graph) -> list[Value]:
 
 def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
     """One kernel per materialized value that is not a library result and whose element count is not literally 0, in graph order. With ``cooperative``, each reduction
-    kernel also carries a block-per-output ``variant`` (for large reduced extents; for a
-    row-wise normalization only when its row is contiguous in memory: a block reading a strided
-    row is uncoalesced, one thread per row is not)."""
+    kernel also carries a block-per-output ``variant`` (for large reduced extents)."""
     mats = materialized_values(g)
     mat_ids = {v.id for v in mats}
     out = []
@@ -457,7 +439,7 @@ def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
             continue
         name = f"dlcb_k{i}_{_ident(v.name)}"
         body = _Builder(g, v, mat_ids, name).build()
-        if cooperative and body.reduce_extent is not None and body.coalesced_rows:
+        if cooperative and body.reduce_extent is not None:
             body = replace(body, variant=_Builder(g, v, mat_ids, name + "_blk", True).build())
         out.append(body)
     return out

@@ -263,8 +263,6 @@ class KernelBody:
     variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
     index_checks: tuple[tuple[Value, Expr], ...] = ()
     """Index tensors the kernel reads coordinates from, with the extent each must lie below."""
-    coalesced_rows: bool = True
-    """Row kernels: every load of the row walks memory with stride 1 (a block per row pays)."""
 
     def variants(self) -> tuple["KernelBody", ...]:
         """This kernel and its launch-time alternative, if any."""

@@ -127,20 +127,20 @@ _library("linear", _infer_linear, _ref_linear, _sample_linear)
 # --- scaled dot-product attention (optional additive/boolean mask operand) --------------------
 
 def _infer_sdpa(g: "Graph", node: "Node") -> Shape:
+    """q [..., L, E], k [..., S, E], v [..., S, Ev] (batch axes broadcast, as in torch), optional
+    mask broadcasting to [..., L, S] -> [..., L, Ev]."""
     q, k, v, *mask = node.inputs
-    if not q.rank == k.rank == v.rank or q.rank < 2:
-        raise ShapeError(f"q, k, v need one rank >= 2, got {q.rank}, {k.rank}, {v.rank}")
+    if min(q.rank, k.rank, v.rank) < 2:
+        raise ShapeError(f"q, k, v need rank >= 2, got {q.rank}, {k.rank}, {v.rank}")
     dq, dk, dv = g.dims(q), g.dims(k), g.dims(v)
-    for i in range(q.rank - 2):
-        g.constrain(dq[i], dk[i], node, f"batch axis {i}: q with k")
-        g.constrain(dq[i], dv[i], node, f"batch axis {i}: q with v")
+    batch = broadcast_dims(g, node, [(0, dq[:-2]), (1, dk[:-2]), (2, dv[:-2])])
     g.constrain(dq[-1], dk[-1], node, "embedding: q last axis with k last axis")
     g.constrain(dk[-2], dv[-2], node, "sequence: k axis -2 with v axis -2")
     if mask:
-        bcast = broadcast_dims(g, node, [(0, [*dq[:-1], dk[-2]]), (3, g.dims(mask[0]))])
-        if len(bcast) != q.rank:
-            raise ShapeError(f"attn_mask of rank {mask[0].rank} > {q.rank}")
-    return shape([*(g.solver.resolve(d) for d in dq[:-1]), g.solver.resolve(dv[-1])])
+        bcast = broadcast_dims(g, node, [(0, [*batch, dq[-2], dk[-2]]), (3, g.dims(mask[0]))])
+        if len(bcast) != len(batch) + 2:
+            raise ShapeError(f"attn_mask of rank {mask[0].rank} > {len(batch) + 2}")
+    return shape([*(g.solver.resolve(d) for d in (*batch, dq[-2], dv[-1]))])
 
 
 def _ref_sdpa(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None):
