@@ -241,6 +241,15 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
 
 def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
                    ) -> KernelLaunch:
+    hb.lenient = True   # a kernel with elements never divides by a zero extent
+    try:
+        return _launch_slots(hb, kb, operand, out, consts)
+    finally:
+        hb.lenient = False
+
+
+def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
+                  ) -> KernelLaunch:
     variants = tuple(VariantLaunch(tuple(operand(x) for x in v.inputs),
                                    tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params))
                      for v in kb.variants())

@@ -41,6 +41,8 @@ INSTRUCTIONS: dict[str, OpSpec] = {
     "max": OpSpec("{A} if {A} > {B} else {B}"),               # r[d] = max(r[a], r[b])
     "fdiv": OpSpec("{A} // {B}", "{B} <= 0", _DIVISOR),       # r[d] = r[a] // r[b], r[b] > 0
     "mod": OpSpec("{A} % {B}", "{B} <= 0", _DIVISOR),         # r[d] = r[a] % r[b], r[b] > 0
+    "fdiv0": OpSpec("{A} // {B} if {B} > 0 else 0"),         # launch slots: 0 when r[b] <= 0
+    "mod0": OpSpec("{A} % {B} if {B} > 0 else 0"),           # (only a kernel of 0 elements has one)
     "check": OpSpec("", "{A} != {B}", "M[{d}].format(got={A}, want={B})"),   # r[a] == r[b]
     "positive": OpSpec("", "{A} <= 0", "M[{d}].format(got={A})"),            # r[a] > 0
     "nonneg": OpSpec("", "{A} < 0", "M[{d}].format(got={A})"),               # r[a] >= 0
@@ -137,6 +139,10 @@ class HostBuilder:
         self.env: dict[Expr, int] = {}   # expression -> register holding it
         self.n = 0
         self.n_args = n_args
+        self.lenient = False
+        """Divisions by a non-positive value give 0 instead of failing: set while computing a
+        kernel's launch slots, which matter only when the kernel has elements (a zero divisor in
+        its index arithmetic is an extent of a value with no elements)."""
 
     def emit(self, op: str, a: int = 0, b: int = 0) -> int:
         d = self.n
@@ -175,9 +181,9 @@ class HostBuilder:
                     t = self.emit("mul", t, self.expr(lit(c)))
                 r = t if r is None else self.emit("add", r, t)
         elif isinstance(e, FloorDiv):
-            r = self.emit("fdiv", self.expr(e.num), self.expr(e.den))
+            r = self.emit("fdiv0" if self.lenient else "fdiv", self.expr(e.num), self.expr(e.den))
         elif isinstance(e, Mod):
-            r = self.emit("mod", self.expr(e.num), self.expr(e.den))
+            r = self.emit("mod0" if self.lenient else "mod", self.expr(e.num), self.expr(e.den))
         else:
             raise TypeError(f"host program cannot compute {e!r}")
         self.env[e] = r
