@@ -13,6 +13,7 @@ and the memory plan: each step names the buffers whose last use it is, freed aft
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -75,8 +76,29 @@ class Reg:
     r: int
 
 
+class _Attributes:
+    """Keyword arguments of a call made at run time: built once when no attribute depends on the
+    registers (a convolution's stride and padding), else filled per call."""
+
+    attrs: tuple[tuple[str, Any], ...]
+
+    @functools.cached_property
+    def _static(self) -> dict[str, Any] | None:
+        return None if _has_reg(self.attrs) else dict(self.attrs)
+
+    def kwargs(self, r: Sequence[int]) -> dict[str, Any]:
+        static = self._static
+        return static if static is not None else {k: fill(a, r) for k, a in self.attrs}
+
+
+def _has_reg(template: Any) -> bool:
+    if isinstance(template, Reg):
+        return True
+    return isinstance(template, (tuple, list)) and any(_has_reg(t) for t in template)
+
+
 @dataclass(frozen=True)
-class View:
+class View(_Attributes):
     """A coordinate transform applied to a library operand at call time (``op.reference`` with
     ``attrs``; ``Reg`` entries are filled from the registers): a view, or a copy torch makes."""
 
@@ -85,7 +107,7 @@ class View:
 
 
 @dataclass(frozen=True)
-class LibraryCall:
+class LibraryCall(_Attributes):
     """``op.reference(*operands, **attrs)`` into buffer ``out`` (a vendor library via ATen)."""
 
     op: OpDef

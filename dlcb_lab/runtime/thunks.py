@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ShapeMismatch
-from ..hostgen.lower import LaunchPlan, LibraryCall, Operand, Src, fill
+from ..hostgen.lower import LaunchPlan, LibraryCall, Operand, Src
 from ..hostgen.program import HostProgram
 from .launchers import NARROW_LIMIT
 
@@ -128,9 +128,9 @@ def _library(step: LibraryCall, operands: list[torch.Tensor], r: list[int], shap
     ins = []
     for t, (_, views) in zip(operands, step.operands):
         for view in views:
-            t = view.op.reference(t, **{k: fill(a, r) for k, a in view.attrs})
+            t = view.op.reference(t, **view.kwargs(r))
         ins.append(t)
-    out = step.op.reference(*ins, **{k: fill(a, r) for k, a in step.attrs})
+    out = step.op.reference(*ins, **step.kwargs(r))
     if list(out.shape) != shape:   # pragma: no cover - a bug in an op's shape rule
         raise RuntimeError(f"{step.op.name} returned shape {list(out.shape)}, the host program "
                            f"computed {shape}")
