@@ -32,7 +32,7 @@ OPS = ["nn.functional.relu", "neg", "abs", "exp", "sigmoid", "tanh", "add", "sub
        "true_divide", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_not",
        "logical_and", "logical_or", "where", "sum", "mean", "amax", "reshape", "view", "permute",
        "transpose", "flatten", "contiguous", "to", "bitwise_not", "bitwise_and", "bitwise_or",
-       "float", "double", "long", "int", "bool", "byte", "char", "short",
+       "float", "double", "half", "bfloat16", "long", "int", "bool", "byte", "char", "short",
        # the TorchVision vocabulary
        "nn.functional.conv2d", "nn.functional.linear", "matmul", "bmm", "mm", "addmm",
        "nn.functional.scaled_dot_product_attention", "nn.functional.batch_norm",
@@ -48,6 +48,12 @@ OPS = ["nn.functional.relu", "neg", "abs", "exp", "sigmoid", "tanh", "add", "sub
 FAST = (torch.float32,)
 FAST_SAMPLES = 16
 """Samples per op in the regular run (max_pool2d alone has 1440)."""
+REDUCED = (torch.float16, torch.bfloat16)
+REDUCED_SAMPLES = 3
+"""Samples per op and 16-bit dtype in the regular run."""
+ULP2 = {torch.float16: 2 * 2.0**-10, torch.bfloat16: 2 * 2.0**-7}
+"""16-bit results may differ from eager's by rounding (accumulators of different widths):
+two units in the last place, relative to the value or, near zero, absolute."""
 OPINFOS = [o for o in common.op_db if o.name in OPS]
 
 
@@ -143,7 +149,8 @@ def _compare(got, want, ctx):
     assert len(got) == len(want), ctx
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype, (ctx, a.shape, b.shape, a.dtype, b.dtype)
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True,
+        tol = ULP2.get(b.dtype, 1e-5)
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol, equal_nan=True,
                                    msg=lambda s: f"{ctx}: {s}")
 
 
@@ -242,6 +249,12 @@ def _run_op(op, dtype, limit=None):
 @pytest.mark.parametrize("op,dtype", _cases(FAST))
 def test_opinfo_samples(op, dtype):
     _run_op(op, dtype, FAST_SAMPLES)
+
+
+@pytest.mark.parametrize("op,dtype", [c for c in _cases(REDUCED) if c.values[0].name != "to"])
+def test_opinfo_samples_16bit(op, dtype):
+    """(``to``'s few picked samples may all be device moves, refused on purpose: ``-m slow``.)"""
+    _run_op(op, dtype, REDUCED_SAMPLES)
 
 
 @pytest.mark.slow

@@ -12,7 +12,12 @@ from ..errors import UnsupportedOp
 
 @dataclass(frozen=True)
 class DType:
-    """One element type; ``kind`` is ``"float"``, ``"int"`` or ``"bool"``."""
+    """One element type; ``kind`` is ``"float"``, ``"int"`` or ``"bool"``. ``ctype``/``nptype``
+    spell the type of a buffer element; a register holding a value is of type ``reg``.
+
+    16-bit floats (fp16, bf16) are *reduced*: buffers store 16 bits (a 2-byte struct in CUDA, a
+    ``uint16`` array in numba, converted on load and store), registers hold float (opmath), and
+    every op's result is rounded to 16 bits, as eager rounds each op's output."""
 
     torch: torch.dtype
     tag: str
@@ -25,6 +30,15 @@ class DType:
         return self.kind == "float"
 
     @property
+    def reduced(self) -> bool:
+        return self.torch in (torch.float16, torch.bfloat16)
+
+    @property
+    def reg(self) -> "DType":
+        """The type of a register holding a value of this type (float for reduced floats)."""
+        return F32 if self.reduced else self
+
+    @property
     def nbtype(self) -> str:
         """numba's name of the type (array signatures)."""
         return "boolean" if self.kind == "bool" else self.nptype
@@ -34,6 +48,8 @@ class DType:
 
     def cuda_literal(self, v: bool | int | float) -> str:
         """``v`` as a CUDA C++ constant of this type."""
+        if self.reduced:
+            return F32.cuda_literal(v)
         v = self.py_value(v)
         if self.kind == "bool":
             return "true" if v else "false"
@@ -46,6 +62,8 @@ class DType:
 
     def py_literal(self, v: bool | int | float) -> str:
         """``v`` as a numba constant of this type."""
+        if self.reduced:
+            return F32.py_literal(v)
         v = self.py_value(v)
         if self.kind == "float" and (math.isinf(v) or math.isnan(v)):
             return f"np.{self.nptype}({'np.nan' if math.isnan(v) else 'np.inf' if v > 0 else '-np.inf'})"
@@ -60,6 +78,8 @@ class DType:
 DTYPES: dict[torch.dtype, DType] = {d.torch: d for d in (
     DType(torch.float32, "f32", "float", "float32", "float"),
     DType(torch.float64, "f64", "double", "float64", "float"),
+    DType(torch.float16, "f16", "dlcb_f16", "uint16", "float"),
+    DType(torch.bfloat16, "bf16", "dlcb_bf16", "uint16", "float"),
     DType(torch.int64, "i64", "long long", "int64", "int"),
     DType(torch.int32, "i32", "int", "int32", "int"),
     DType(torch.int16, "i16", "short", "int16", "int"),
@@ -67,11 +87,11 @@ DTYPES: dict[torch.dtype, DType] = {d.torch: d for d in (
     DType(torch.uint8, "u8", "unsigned char", "uint8", "int"),
     DType(torch.bool, "b8", "bool", "bool_", "bool"),
 )}
-F64, I64 = DTYPES[torch.float64], DTYPES[torch.int64]
+F32, F64, I64 = DTYPES[torch.float32], DTYPES[torch.float64], DTYPES[torch.int64]
 
 
 def dtype_of(t: torch.dtype) -> DType:
-    """The ``DType`` of a torch dtype; ``UnsupportedOp`` for the others (fp16/bf16, complex...)."""
+    """The ``DType`` of a torch dtype; ``UnsupportedOp`` for the others (complex, unsigned 16-64 bit, float8...)."""
     d = DTYPES.get(t)
     if d is None:
         raise UnsupportedOp(f"dtype {t} unsupported (supported: "

@@ -26,7 +26,15 @@ class CpuLauncher:
         return 0
 
     def __call__(self, variant: int, numel: int, out: torch.Tensor, ins, params, narrow=False):
-        self.fn(out.view(-1).numpy(), *[a.view(-1).numpy() for a in ins], numel, *params)
+        self.fn(_flat_array(out), *[_flat_array(a) for a in ins], numel, *params)
+
+
+def _flat_array(t: torch.Tensor):
+    """A flat numpy view of ``t``; 16-bit floats as their ``uint16`` bits (see ``runtime.half``)."""
+    t = t.view(-1)
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return t.view(torch.int16).numpy().view("uint16")
+    return t.numpy()
 
 
 class CudaLauncher:

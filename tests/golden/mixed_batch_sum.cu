@@ -17,7 +17,7 @@ __device__ __forceinline__ void dlcb_k0_sum_1_body(float* __restrict__ out, cons
       const float v7 = (v6 < 0.0f ? 0.0f : v6);
       acc1 += v7;
     }
-    const float v8 = (float)(acc1);
+    const float v8 = ((float)(acc1));
     out[t] = v8;
   }
 }

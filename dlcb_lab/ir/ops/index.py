@@ -101,8 +101,7 @@ def _sample_embedding(n: int):
 def _infer_gather(g: "Graph", node: "Node") -> Shape:
     x, idx = node.inputs
     a = node.attrs["dim"]
-    if idx.dtype != torch.int64:
-        raise DTypeError(f"gather index of dtype {idx.dtype} (int64 expected, as torch)")
+    _check_index_dtype(idx)
     if idx.rank != x.rank or not 0 <= a < x.rank:
         raise ShapeError(f"gather: index rank {idx.rank} != input rank {x.rank} or axis {a} "
                          f"out of range (0-d inputs unsupported)")
