@@ -18,10 +18,10 @@ CNN = {0: {0: "N", 2: "H", 3: "W"}}
 
 
 class ConvBN(test_nn_ops.ConvBN):
-    """conv (no bias) -> batch norm with non-trivial statistics -> relu -> a 1x1 conv."""
+    """conv -> batch norm with non-trivial statistics -> relu -> a 1x1 conv."""
 
-    def __init__(self):
-        super().__init__(bias=False)
+    def __init__(self, bias: bool = False):
+        super().__init__(bias=bias)
         self.conv2 = nn.Conv2d(6, 4, 1)
 
     def forward(self, x):
@@ -33,8 +33,10 @@ def _close(cm, m, *ins):
         torch.testing.assert_close(cm(*ins), m(*ins), rtol=1e-4, atol=1e-5)
 
 
-def test_batch_norm_folds_into_conv():
-    m = ConvBN().eval()
+@pytest.mark.parametrize("bias", [False, True], ids=["no-conv-bias", "conv-bias"])
+def test_batch_norm_folds_into_conv(bias):
+    """Also through a convolution's bias: (conv + b) * s + t  ->  conv' + (b * s + t), one add."""
+    m = ConvBN(bias).eval()
     cm = dl.compile(m, (torch.randn(2, 3, 9, 10),), dynamic=CNN, backend="cpu")
     g = cm.pipeline.graph
     convs = [n for n in g.nodes if n.op.name == "conv2d"]
@@ -46,6 +48,11 @@ def test_batch_norm_folds_into_conv():
     assert names == [p.__name__ for p in PIPELINE]
     rewrite = cm.pipeline.passes[names.index("rewrite")]
     assert any(c.startswith("conv_scale") for c in rewrite.changes), rewrite
+    conv1 = convs[0].out
+    epilogue = [n.op.name for n in g.nodes if conv1 in n.tensor_inputs()]
+    assert epilogue == ["add"], epilogue   # bias and BN shift merged into one constant
+    if bias:
+        assert {c.split(":")[0] for c in rewrite.changes} >= {"shift_scale", "shift_shift"}
     for n, h, w in ((1, 9, 10), (3, 16, 7), (2, 5, 5)):
         _close(cm, m, torch.randn(n, 3, h, w))
 

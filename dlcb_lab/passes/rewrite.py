@@ -5,7 +5,8 @@ or returns None. ``rewrite`` applies the list to a fixed point.
 Folding batch norm into a convolution needs no rule of its own: batch norm lowers to
 ``x * scale + shift`` per channel (``scale``/``shift`` folded to constants), ``conv_scale`` moves
 ``scale`` into the weight, and ``shift`` stays an elementwise add, fused as the epilogue of the
-kernel that reads the convolution."""
+kernel that reads the convolution. A convolution with a bias (``conv + b``) first has the scale
+distributed over the bias (``shift_scale``), and the two shifts then merge (``shift_shift``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from ..dims import as_expr
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import is_scalar
+from ..ir.ops import OPS, is_scalar
 from .core import constant_of, replace_value, uses
 
 Rule = Callable[[Graph, Node, dict], "str | None"]
@@ -53,6 +54,56 @@ def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
         g.nodes.remove(n)
         return f"%{n.out.name}: conv2d %{y.name} scaled by %{s.name} -> weight %{w2.name}"
     return None
+
+
+def _const_operands(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value, Value,
+                                                                     torch.Tensor] | None:
+    """For ``n = (y op2 c) op t``-shaped matches: ``n`` is a binary ``op`` of a single-use value
+    produced by a binary node ``inner`` with one constant operand ``c``, and a constant ``t``;
+    every value has ``y``'s dtype and the result has ``y``'s shape. Returns (inner, y, c-value,
+    t) or None."""
+    if n.op.name != op or len(n.inputs) != 2:
+        return None
+    for a, t in (n.inputs, n.inputs[::-1]):
+        if not isinstance(a, Value) or a.producer is None or len(use.get(a.id, ())) != 1 or \
+                is_scalar(t) or constant_of(g, t) is None:
+            continue
+        inner = a.producer
+        if len(inner.inputs) != 2 or any(is_scalar(x) for x in inner.inputs):
+            continue
+        for y, c in (inner.inputs, inner.inputs[::-1]):
+            if constant_of(g, c) is not None and constant_of(g, y) is None and \
+                    len({y.dtype, c.dtype, t.dtype, n.out.dtype}) == 1 and \
+                    g.dims(n.out) == g.dims(y):
+                return inner, y, c, constant_of(g, t)
+    return None
+
+
+def _shift_scale(g: Graph, n: Node, use: dict) -> str | None:
+    """(y + c) * s  ->  y * s + (c * s)   (c, s constants broadcasting into y)"""
+    hit = _const_operands(g, n, "mul", use)
+    if hit is None or hit[0].op.name != "add":
+        return None
+    inner, y, c, s_t = hit
+    s = next(x for x in n.inputs if x is not inner.out)
+    cs = g.constant(f"{c.name}*{s.name}", (constant_of(g, c) * s_t).to(y.dtype))
+    inner.op, inner.inputs = n.op, (y, s)       # the add becomes y * s ...
+    n.op, n.inputs = OPS["add"], (inner.out, cs)  # ... and the mul adds c * s
+    return f"%{n.out.name}: (%{y.name} + %{c.name}) * %{s.name} -> %{y.name} * %{s.name} + " \
+           f"%{cs.name}"
+
+
+def _shift_shift(g: Graph, n: Node, use: dict) -> str | None:
+    """(y + a) + b  ->  y + (a + b)   (a, b constants broadcasting into y)"""
+    hit = _const_operands(g, n, "add", use)
+    if hit is None or hit[0].op.name != "add":
+        return None
+    inner, y, a, b_t = hit
+    b = next(x for x in n.inputs if x is not inner.out)
+    ab = g.constant(f"{a.name}+{b.name}", (constant_of(g, a) + b_t).to(y.dtype))
+    n.inputs = (y, ab)
+    g.nodes.remove(inner)
+    return f"%{n.out.name}: (%{y.name} + %{a.name}) + %{b.name} -> %{y.name} + %{ab.name}"
 
 
 def _identity(g: Graph, n: Node, use: dict) -> str | None:
@@ -104,7 +155,9 @@ REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
     ("slice_of_slice", _slice_of_slice),        # slice(slice(x)) on one axis -> slice(x)
+    ("shift_scale", _shift_scale),              # (y + c) * s  ->  y * s + c * s
     ("conv_scale", _conv_scale),                # conv2d(x, W) * s  ->  conv2d(x, W * s)
+    ("shift_shift", _shift_shift),              # (y + a) + b  ->  y + (a + b)
 ]
 
 
