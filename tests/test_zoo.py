@@ -1,8 +1,8 @@
 """TorchVision model zoo (``dlcb_lab.bench.zoo``): the FAST subset compiled once each on the CPU
 backend and checked against eager at three (batch, H, W) shapes, with no recompile and no kernel
 rebuild; every generated kernel of those models compiles to an sm_90 cubin with NVRTC (no GPU
-needed); the full zoo as a slow sweep. A tiny model checks the harness itself: it must pass a
-correct compile and reject a perturbed one.
+needed); two of them also in fp16 / bf16; the full zoo (fp32, fp16, bf16) as a slow sweep. A tiny
+model checks the harness itself: it must pass a correct compile and reject a perturbed one.
 """
 
 from __future__ import annotations
@@ -67,6 +67,33 @@ def test_fast_kernels_compile_with_nvrtc(name):
 @pytest.mark.parametrize("name", list(zoo.MODELS))
 def test_zoo_model_matches_eager(name):
     assert_row_ok(zoo.check_model(name, backend="cpu"), zoo.MODELS[name])
+
+
+def assert_16bit_ok(name: str, dtype: torch.dtype, cm: dl.CompiledModule | None = None) -> dict:
+    row = zoo.check_model(name, backend="cpu", dtype=dtype, cm=cm)
+    assert row["ok"], f"{name} {dtype}: {row['error']}"
+    assert row["dims"] == ",".join(zoo.MODELS[name].dims)
+    assert row["fp32_err"] <= zoo.HALF_SLACK * row["eager_fp32_err"] + zoo.TOL
+    return row
+
+
+@pytest.mark.parametrize("name,dtype", [("resnet18", torch.float16),
+                                        ("vit_tiny", torch.bfloat16)])
+def test_fast_model_16bit(name, dtype):
+    """One compile in fp16/bf16 serves every shape, within twice eager's own 16-bit error against
+    the fp32 model; its kernels (16-bit loads, stores and rounding) compile with NVRTC."""
+    cm = zoo.compile_model(name, "cpu", dtype=dtype)
+    assert_16bit_ok(name, dtype, cm)
+    bodies = [k.body for k in cm.pipeline.kernels]
+    assert any(b.dtype.reduced for b in bodies)
+    assert compile_cubin(cuda_module(bodies), arch="sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_zoo_model_16bit(name, dtype):
+    assert_16bit_ok(name, dtype)
 
 
 # --- the harness itself -------------------------------------------------------------------------

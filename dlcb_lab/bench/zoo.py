@@ -9,6 +9,12 @@ with batch, height and width dynamic (``N``, ``H``, ``W``); ``vit_b_16``, ``swin
 ``vit_tiny`` with batch only (resolution fixed: ViT's positional embedding has one length; Swin is
 checked at 224 only). Error metric: ``max |compiled - eager| / max |eager|`` over all outputs and
 checked shapes (``rel_error``), computed with TF32 off (``fp32_math``).
+
+``--dtype float16|bfloat16`` runs model and input in that dtype. Each op then rounds to 16 bits,
+in eager and compiled alike, but the two round at different points (BN folded into the conv
+weight, different cuDNN algorithms), so the 16-bit outputs are compared through a third: the
+fp32 model. A reduced-precision check passes when the compiled model's error against fp32 is at
+most ``HALF_SLACK`` times eager's own (plus ``TOL``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
 
 TOL = 1e-4       # CPU acceptance bound on the relative error
 GPU_TOL = 1e-3   # CUDA: cuDNN/cuBLAS pick their algorithms per shape and per call site
+HALF_SLACK = 2.0   # fp16/bf16: compiled error vs the fp32 model <= HALF_SLACK * eager's + TOL
 
 Res = tuple[int, int]   # (H, W)
 CNN_DYNAMIC = {0: {0: "N", 2: "H", 3: "W"}}
@@ -139,10 +146,10 @@ FAST = ("resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x1_0",
 
 
 def make_input(batch: int, res: Res, device: str | torch.device = "cpu",
-               seed: int = 0) -> torch.Tensor:
-    """A deterministic ``[batch, 3, H, W]`` float32 image batch (drawn on CPU, then moved)."""
+               seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A deterministic ``[batch, 3, H, W]`` image batch (drawn in float32 on CPU, then moved)."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, 3, *res, generator=g).to(device)
+    return torch.randn(batch, 3, *res, generator=g).to(device, dtype)
 
 
 def check_shapes(batches: Sequence[int], resolutions: Sequence[Res]) -> list[tuple[int, Res]]:
@@ -177,6 +184,38 @@ def rel_error(got: Any, want: Any) -> float:
             return math.inf
         num, den = max(num, d), max(den, m)
     return num / den if den > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Errors:
+    """``vs_eager``: compiled vs eager in the model's dtype. For fp16/bf16 also ``vs_fp32``
+    (compiled vs the fp32 model) and ``eager_vs_fp32`` (eager's own rounding error); ``ok`` is
+    then ``vs_fp32 <= HALF_SLACK * eager_vs_fp32 + TOL``, else ``vs_eager <= tol``."""
+
+    vs_eager: float
+    vs_fp32: float | None = None
+    eager_vs_fp32: float | None = None
+
+    def ok(self, tol: float) -> bool:
+        if self.vs_fp32 is None:
+            return self.vs_eager <= tol
+        return self.vs_fp32 <= HALF_SLACK * self.eager_vs_fp32 + TOL
+
+    def worst(self, other: "Errors | None") -> "Errors":
+        """The element-wise maximum (``None`` counts as no error yet)."""
+        if other is None:
+            return self
+        pick = lambda a, b: None if a is None else max(a, b)
+        return Errors(max(self.vs_eager, other.vs_eager), pick(self.vs_fp32, other.vs_fp32),
+                      pick(self.eager_vs_fp32, other.eager_vs_fp32))
+
+
+def errors(got: Any, want: Any, want32: Any = None) -> Errors:
+    """``Errors`` of one call; ``want32`` (the fp32 model's output) only for 16-bit models."""
+    if want32 is None:
+        return Errors(rel_error(got, want))
+    up = lambda y: tuple(t.float() for t in _outputs(y))
+    return Errors(rel_error(got, want), rel_error(up(got), want32), rel_error(up(want), want32))
 
 
 # --- counting ----------------------------------------------------------------------------------
@@ -274,44 +313,48 @@ def _sync(device: str | torch.device) -> None:
 
 
 def compile_model(name: str, backend: str = "cpu", batch: int = 1, res: Res | None = None,
-                  device: str | None = None, model: torch.nn.Module | None = None
-                  ) -> dl.CompiledModule:
-    """``dl.compile`` of ``model`` (default: a fresh ``MODELS[name].build()``) with the spec's
-    dynamic dims and example input ``[batch, 3, *res]`` (default: the first test resolution)."""
+                  device: str | None = None, model: torch.nn.Module | None = None,
+                  dtype: torch.dtype = torch.float32) -> dl.CompiledModule:
+    """``dl.compile`` of ``model`` (default: a fresh ``MODELS[name].build()`` in ``dtype``) with
+    the spec's dynamic dims and example input ``[batch, 3, *res]`` (default: the first test
+    resolution)."""
     spec = MODELS[name]
     device = device or ("cuda" if backend == "cuda" else "cpu")
-    model = (spec.build() if model is None else model).to(device)
-    x = make_input(batch, res or spec.test_res[0], device)
+    model = (spec.build() if model is None else model).to(device, dtype)
+    x = make_input(batch, res or spec.test_res[0], device, dtype=dtype)
     return dl.compile(model, (x,), dynamic=spec.dynamic, backend=backend)
 
 
 def check_model(name: str, backend: str = "cpu", batches: Sequence[int] = (1, 3, 5),
                 resolutions: Sequence[Res] | None = None, device: str | None = None,
-                cm: dl.CompiledModule | None = None, tol: float = TOL) -> dict[str, Any]:
+                cm: dl.CompiledModule | None = None, tol: float = TOL,
+                dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """Compile ``name`` once (example input: first batch and resolution; or reuse ``cm``), run it
     and a separately built eager copy on ``check_shapes(batches, resolutions)`` under
     ``no_grad``, and return one row. ``ok`` requires: compile and every call succeed, every
-    declared dim stays symbolic, ``max_rel_err <= tol``, ``compiles == 1`` and ``kernel_builds``
+    declared dim stays symbolic, ``Errors.ok(tol)``, ``compiles == 1`` and ``kernel_builds``
     unchanged by the calls. Exceptions are caught and reported in ``error`` (stage first)."""
     spec = MODELS[name]
     device = device or ("cuda" if backend == "cuda" else "cpu")
     resolutions = list(resolutions or spec.test_res)
     shapes = check_shapes(batches, resolutions)
+    half = dtype != torch.float32
     row: dict[str, Any] = dict(
-        model=name, backend=backend,
+        model=name, backend=backend, dtype=str(dtype).removeprefix("torch."),
         shapes=" ".join(f"{b}x{h}x{w}" for b, (h, w) in shapes),
         dims="", library_thunks=None, generated_kernels=None, launches=None, eager_ops=None,
-        max_rel_err=None, compile_s=None, compiles=None, kernel_builds=None,
-        kernel_builds_after=None, ok=False, error="")
+        max_rel_err=None, fp32_err=None, eager_fp32_err=None, compile_s=None, compiles=None,
+        kernel_builds=None, kernel_builds_after=None, ok=False, error="")
     stage = "build"
     try:
-        ref = spec.build().to(device)
+        ref = spec.build().to(device, dtype)
+        ref32 = spec.build().to(device) if half else None
         stage = "eager"
-        row["eager_ops"] = eager_ops(ref, make_input(*shapes[0], device))
+        row["eager_ops"] = eager_ops(ref, make_input(*shapes[0], device, dtype=dtype))
         stage = "compile"
         if cm is None:
             t0 = time.perf_counter()
-            cm = compile_model(name, backend, *shapes[0], device=device)
+            cm = compile_model(name, backend, *shapes[0], device=device, dtype=dtype)
             row["compile_s"] = time.perf_counter() - t0
         else:
             row["compile_s"] = cm.stats()["compile_s"]
@@ -322,23 +365,27 @@ def check_model(name: str, backend: str = "cpu", batches: Sequence[int] = (1, 3,
         row["dims"] = ",".join(dims)
         lib, gen, launches = partition_counts(cm)
         row.update(library_thunks=lib, generated_kernels=gen, launches=launches)
-        worst = 0.0
+        worst = None
         for i, (b, res) in enumerate(shapes):
             stage = f"run {b}x{res[0]}x{res[1]}"
             x = make_input(b, res, device, seed=1 + i)
             with torch.no_grad(), fp32_math():
-                got = cm(x)
-                want = ref(x)
+                got = cm(x.to(dtype))
+                want = ref(x.to(dtype))
+                want32 = ref32(x) if half else None
             _sync(device)
-            worst = max(worst, rel_error(got, want))
-            row["max_rel_err"] = worst
+            worst = errors(got, want, want32).worst(worst)
+            row.update(max_rel_err=worst.vs_eager, fp32_err=worst.vs_fp32,
+                       eager_fp32_err=worst.eager_vs_fp32)
         st = cm.stats()
         row["kernel_builds_after"] = st["kernel_builds"]
         problems = []
         if dims != spec.dims:
             problems.append(f"dims {set(spec.dims) - set(dims)} pinned to literals")
-        if not worst <= tol:
-            problems.append(f"max_rel_err {worst:.3g} > {tol:g}")
+        if not worst.ok(tol):
+            problems.append(f"max_rel_err {worst.vs_eager:.3g} > {tol:g}" if not half else
+                            f"fp32_err {worst.vs_fp32:.3g} > {HALF_SLACK:g} x eager's "
+                            f"{worst.eager_vs_fp32:.3g} + {TOL:g}")
         if st["compiles"] != 1:
             problems.append(f"compiles == {st['compiles']}")
         if row["kernel_builds_after"] != row["kernel_builds"]:
@@ -413,19 +460,23 @@ def _cache_dir(path: str):
             os.environ["DLCB_CACHE_DIR"] = old
 
 
-GPU_COLUMNS = ["model", "batch", "res", "dlcb_ms", "eager_ms", "ratio", "compile_s",
-               "peak_mb_dlcb", "peak_mb_eager", "max_rel_err", "ok", "error"]
+GPU_COLUMNS = ["model", "dtype", "batch", "res", "dlcb_ms", "eager_ms", "ratio", "compile_s",
+               "peak_mb_dlcb", "peak_mb_eager", "max_rel_err", "fp32_err", "eager_fp32_err", "ok",
+               "error"]
 
 
 def _gpu_model(name: str, batches: Sequence[int], reps: int, warmup: int, peak_batch: int,
-               tol: float) -> list[dict[str, Any]]:
+               tol: float, dtype: torch.dtype) -> list[dict[str, Any]]:
     spec = MODELS[name]
     res = (spec.native, spec.native)
-    base = dict(model=name, res=spec.native, compile_s=None)
+    half = dtype != torch.float32
+    base = dict(model=name, dtype=str(dtype).removeprefix("torch."), res=spec.native,
+                compile_s=None)
     try:
-        ref = spec.build().cuda()
+        ref = spec.build().to("cuda", dtype)
+        ref32 = spec.build().cuda() if half else None
         t0 = time.perf_counter()
-        cm = compile_model(name, "cuda", batches[0], res, device="cuda")
+        cm = compile_model(name, "cuda", batches[0], res, device="cuda", dtype=dtype)
         torch.cuda.synchronize()
         base["compile_s"] = time.perf_counter() - t0
         builds = cm.stats()["kernel_builds"]
@@ -436,10 +487,13 @@ def _gpu_model(name: str, batches: Sequence[int], reps: int, warmup: int, peak_b
     for b in batches:
         row = dict(base, batch=b, ok=False, error="")
         try:
-            x = make_input(b, res, "cuda", seed=1)
+            x32 = make_input(b, res, "cuda", seed=1)
+            x = x32.to(dtype)
             with torch.no_grad():
                 with fp32_math():
-                    row["max_rel_err"] = err = rel_error(cm(x), ref(x))
+                    err = errors(cm(x), ref(x), ref32(x32) if half else None)
+                    row.update(max_rel_err=err.vs_eager, fp32_err=err.vs_fp32,
+                               eager_fp32_err=err.eager_vs_fp32)
                 row["dlcb_ms"] = _event_median_ms(lambda: cm(x), reps, warmup)
                 row["eager_ms"] = _event_median_ms(lambda: ref(x), reps, warmup)
                 row["ratio"] = row["dlcb_ms"] / row["eager_ms"]
@@ -447,8 +501,8 @@ def _gpu_model(name: str, batches: Sequence[int], reps: int, warmup: int, peak_b
                     row["peak_mb_eager"] = peak_mb(lambda: ref(x))
                     row["peak_mb_dlcb"] = peak_mb(lambda: cm(x))
             problems = []
-            if not err <= tol:
-                problems.append(f"max_rel_err {err:.3g} > {tol:g}")
+            if not err.ok(tol):
+                problems.append(f"error {err} beyond tolerance")
             if cm.stats()["kernel_builds"] != builds:
                 problems.append("kernel_builds changed across calls")
             row["ok"], row["error"] = not problems, "; ".join(problems)
@@ -460,7 +514,8 @@ def _gpu_model(name: str, batches: Sequence[int], reps: int, warmup: int, peak_b
 
 def gpu_bench(names: Iterable[str], batches: Sequence[int] = (1, 8, 32), reps: int = 50,
               warmup: int = 10, peak_batch: int = 32, tol: float = GPU_TOL,
-              log: Callable[[str], None] | None = None) -> "pd.DataFrame":
+              log: Callable[[str], None] | None = None,
+              dtype: torch.dtype = torch.float32) -> "pd.DataFrame":
     """Per model: one ``backend="cuda"`` compile at the native resolution (example batch
     ``batches[0]``; kernel cache pointed at an empty folder, so ``compile_s`` is cold), then per
     batch: the relative error against a separately built eager copy (``<= tol``, under
@@ -473,7 +528,7 @@ def gpu_bench(names: Iterable[str], batches: Sequence[int] = (1, 8, 32), reps: i
     rows = []
     for name in names:
         with tempfile.TemporaryDirectory(prefix="dlcb_zoo_") as cold, _cache_dir(cold):
-            got = _gpu_model(name, batches, reps, warmup, peak_batch, tol)
+            got = _gpu_model(name, batches, reps, warmup, peak_batch, tol, dtype)
             torch.cuda.empty_cache()
         rows += got
         if log:
@@ -503,6 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="latency/memory benchmark at native resolution (backend cuda)")
     ap.add_argument("--batches", help="comma-separated batch sizes (default 1,3,5; --gpu 1,8,32)")
     ap.add_argument("--reps", type=int, default=50, help="timed calls per measurement (--gpu)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--out", help="write the table as CSV")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
@@ -516,6 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
     kw = {"batches": tuple(int(b) for b in a.batches.split(","))} if a.batches else {}
+    kw["dtype"] = getattr(torch, a.dtype)
     log = lambda s: print(s, file=sys.stderr, flush=True)
     if a.gpu:
         df = gpu_bench(names, reps=a.reps, log=log, **kw)
