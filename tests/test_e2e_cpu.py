@@ -74,6 +74,16 @@ def test_float64(compiled):
     assert all(k.body.dtype.tag == "f64" for k in cm.pipeline.kernels)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", [BY_NAME[n] for n in ("softmax", "mixed", "reductions")], ids=repr)
+def test_16bit(compiled, case, dtype):
+    """16-bit buffers, float registers, each op rounded: eager's values up to accumulator width."""
+    cm = compiled.get(case, dtype=dtype)
+    for n in (1, 5, 33):
+        check_eager(case, cm, case.inputs(n, dtype=dtype))
+    assert all(k.body.dtype.reduced for k in cm.pipeline.kernels)
+
+
 def test_noncontiguous_input(compiled):
     case = BY_NAME["worked"]
     cm = compiled.get(case)

@@ -53,6 +53,15 @@ def test_matches_eager_two_dynamic_dims(compiled, case, n, m):
     assert cm.stats()["compiles"] == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_16bit(compiled, case, dtype):
+    """16-bit loads (cvt / bit shift), float math, rounding at each op, 16-bit stores."""
+    cm = compiled.get(case, dtype=dtype)
+    for n in (1, 7, 1000):
+        check_eager(case, cm, case.inputs(n, device=DEV, dtype=dtype))
+
+
 def test_float64(compiled):
     case = BY_NAME["softmax"]
     cm = compiled.get(case, dtype=torch.float64)
