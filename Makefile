@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcb-installed
 
-.PHONY: demo test test-slow setup dot clean
+.PHONY: demo test test-slow setup dot chromium clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -20,7 +20,12 @@ dot:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq graphviz >/dev/null; \
 	  else echo "graphviz 'dot' missing: install Debian's graphviz (needs root) for diagrams"; fi; }
 
-setup: $(STAMP) dot
+chromium:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing: install Debian's chromium (needs root) for report screenshots"; fi; }
+
+setup: $(STAMP) dot chromium
 
 demo: setup
 	$(PY) -m dlcb_lab.demo

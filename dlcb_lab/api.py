@@ -3,6 +3,7 @@ constraints admit, compiled once (kernels built once per compile, never per call
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -12,6 +13,7 @@ import torch
 
 from .bridge.fx import lower_to_ir, trace
 from .dims import Constraints, DimKind, Expr, Lit, SolverTrace
+from .display import Rich
 from .errors import ShapeError, ShapeMismatch, SpecError
 from .hostgen.lower import LaunchPlan, dim_origins, lower
 from .hostgen.program import HostProgram
@@ -21,7 +23,9 @@ from .kgen.infer import infer_kernels, materialized_values
 from .kgen.kir import CoordMap, KernelBody
 from .passes import Partition, PassRecord, run_passes
 from .runtime.build import build_kernels
-from .runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
+from .runtime.direct import (BoundLaunch, DirectKernel, DirectLaunch, KernelSignature,
+                             graph_guards, kernel_signatures)
+from .runtime.thunks import DynamicAOTThunk, LaunchTrace, StaticThunk, Thunk
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class DimRow:
 
 
 @dataclass(frozen=True)
-class DimTable:
+class DimTable(Rich):
     """Every axis of every value after the solve, classified LITERAL / NAMED / RESIDUAL."""
 
     rows: tuple[DimRow, ...]
@@ -65,12 +69,26 @@ class DimTable:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(Rich):
     """A generated kernel: its body, coordinate map and source in the chosen backend's language.
-    ``cuda_source`` is self-contained (prelude included): it compiles with NVRTC as shown."""
+    ``cuda_source`` is self-contained (prelude included): it compiles with NVRTC as shown.
+
+    Launchable like a numba.cuda kernel, on the compiled module's built code:
+    ``k[grid, block](out, in0, ..)``, ``k[grid, block, stream](..)``, ``k.forall(numel)(..)``.
+    Buffers are torch tensors or ``__cuda_array_interface__`` objects (CUDA), torch tensors or
+    numpy arrays (CPU); the int arguments (``numel, params..``) are derived from their shapes and
+    may be passed after them (then checked). Dtype, device, contiguity and every axis against
+    ``signature`` are checked before the launch (``runtime.direct``); ``check(*args)`` resolves a
+    launch without running it. CPU kernels validate ``grid``/``block`` and ignore them (numba
+    runs one ``prange`` iteration per output element). ``variant(1)``: the block-per-output
+    variant of a CUDA reduction."""
 
     body: KernelBody
     backend: str
+    signatures: tuple[KernelSignature, ...] = ()
+    """One per variant: buffers with dtype and solved shape, ``numel`` and params expressions."""
+    launcher: Any = field(default=None, repr=False, compare=False)
+    """The built launcher (``runtime.launchers``), shared with the thunk; None when not built."""
 
     @property
     def source(self) -> str:
@@ -93,13 +111,45 @@ class Kernel:
     def numba_source(self) -> str:
         return numba_kernel(self.body)
 
+    @property
+    def signature(self) -> KernelSignature:
+        """The launch contract of the plain variant (one thread per output element)."""
+        return self.variant(0).signature
+
+    @functools.cached_property
+    def _direct(self) -> tuple[DirectKernel, ...]:
+        if self.launcher is None or not self.signatures:
+            raise RuntimeError(f"kernel {self.name} is not built (no launcher): launch the "
+                               f"kernels of a compiled module's pipeline")
+        return tuple(DirectKernel(s, self.launcher) for s in self.signatures)
+
+    def variant(self, i: int = 0) -> DirectKernel:
+        """Variant ``i`` as a launchable kernel: 0 one thread per output element, 1 (CUDA
+        reductions) one block per output element."""
+        ks = self._direct
+        if not 0 <= i < len(ks):
+            raise IndexError(f"kernel {self.name} has {len(ks)} variant(s), not {i}")
+        return ks[i]
+
+    def __getitem__(self, config: tuple) -> BoundLaunch:
+        """``k[grid, block]`` or ``k[grid, block, stream]``: call the result with the arguments."""
+        return self.variant(0)[config]
+
+    def forall(self, numel: int, stream: Any = None) -> BoundLaunch:
+        """Configured as the thunk launches ``numel`` output elements (``launcher.geometry``)."""
+        return self.variant(0).forall(numel, stream)
+
+    def check(self, *args: Any) -> DirectLaunch:
+        """Check arguments as a launch does and resolve entry point, ``numel`` and params."""
+        return self.variant(0).check(*args)
+
     def __repr__(self) -> str:
         ps = ", ".join(f"{n}={e!r}" for n, e in self.body.params)
         return f"Kernel {self.name} [{self.backend}] out %{self.body.out.name} params ({ps})"
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class Pipeline(Rich):
     """Every stage object of one compile."""
 
     graph: Graph
@@ -128,7 +178,7 @@ class Pipeline:
                 f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}")
 
 
-class CompiledModule:
+class CompiledModule(Rich):
     """Callable result of ``dl.compile``. Returns a tensor (or a tuple for several outputs).
     Pickles without its loaded kernels; unpickling rebuilds them (from the kernel cache)."""
 
@@ -157,28 +207,51 @@ class CompiledModule:
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
                 "compile_s": sum(self.pipeline.timings.values())}
 
+    def _shapes(self, inputs: Sequence[torch.Tensor | Sequence[int]]) -> list[tuple[int, ...]]:
+        """User inputs (tensors or shapes) -> one shape per graph input, constants appended."""
+        return [tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x) for x in inputs] + \
+            [tuple(c.shape) for c in self._constants]
+
+    def trace(self, *inputs: torch.Tensor | Sequence[int]) -> LaunchTrace:
+        """What a call on ``inputs`` (tensors, or their shapes) would do, without running it:
+        ``.host`` the host program's trace (every register, every check, the first failure's
+        message), ``.steps`` each kernel's variant, element count and int params and each
+        library call's arguments."""
+        return self._thunk.launches(self._shapes(inputs))
+
+    def report(self, *inputs: torch.Tensor | Sequence[int]):
+        """Every stage of this compile on one page (``viz.report.Report``: notebook display,
+        ``.to_html(path)``); with ``inputs`` (tensors or shapes), also the trace of a call."""
+        from .viz.report import Report
+
+        return Report(self, inputs)
+
     def __reduce__(self):
         th = self._thunk
         shapes = th.shapes if isinstance(th, StaticThunk) else None
-        return (_restore, (replace(self.pipeline, thunks=()), self._single, self._constants,
-                           th.device, shapes))
+        p = self.pipeline
+        p = replace(p, thunks=(), kernels=tuple(replace(k, launcher=None) for k in p.kernels))
+        return (_restore, (p, self._single, self._constants, th.device, shapes))
 
     def __repr__(self) -> str:
         return f"CompiledModule({self._thunk!r})"
 
 
-def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Thunk, int]:
+def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Pipeline, int]:
+    """Build the kernels; ``p`` with the thunk, and each kernel bound to its launcher (the
+    launchers follow the kernels' order, which is the launch plan's)."""
     launchers, builds = build_kernels([k.body for k in p.kernels], backend)
     g = p.graph
     args = (p.host_program, p.launch_plan, launchers, [v.dtype for v in g.inputs], backend,
             [v.name for v in g.inputs], len(g.inputs) - len(g.constants))
     thunk = StaticThunk(*args, shapes=shapes) if shapes is not None else DynamicAOTThunk(*args)
-    return thunk, builds
+    kernels = tuple(replace(k, launcher=ln) for k, ln in zip(p.kernels, launchers))
+    return replace(p, thunks=(thunk,), kernels=kernels), builds
 
 
 def _restore(p: Pipeline, single: bool, consts: tuple, backend: str, shapes) -> CompiledModule:
-    thunk, builds = _make_thunk(p, backend, shapes)
-    return CompiledModule(replace(p, thunks=(thunk,)), single, builds, consts)
+    p, builds = _make_thunk(p, backend, shapes)
+    return CompiledModule(p, single, builds, consts)
 
 
 def _resolve_backend(backend: str) -> str:
@@ -256,9 +329,11 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     is_static = all(g.solver.classify(d) is DimKind.LITERAL for v in g.inputs
                     for d in v.shape.items)
     sol = g.solver.solution()
-    pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g),
-                    tuple(Kernel(b, backend) for b in bodies), host, plan, (), t, records)
+    guards = graph_guards(g)
+    kernels = tuple(Kernel(b, backend, kernel_signatures(b, g.dims, guards)) for b in bodies)
+    pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g), kernels, host,
+                    plan, (), t, records)
     t0 = time.perf_counter()
-    thunk, builds = _make_thunk(pipe, backend, shapes if is_static else None)
+    pipe, builds = _make_thunk(pipe, backend, shapes if is_static else None)
     t["build"] = time.perf_counter() - t0
-    return CompiledModule(replace(pipe, thunks=(thunk,)), len(g.outputs) == 1, builds, consts)
+    return CompiledModule(pipe, len(g.outputs) == 1, builds, consts)

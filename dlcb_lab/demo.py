@@ -1,8 +1,13 @@
 """``make demo``: compile one module once, run it at three batch sizes, check against eager, and show
-the stage objects (dims classification, solver trace, host program, one generated CUDA kernel)."""
+the stage objects (dims classification, solver trace, host program, one generated CUDA kernel);
+then write the pipeline report (every stage, one tab each) as a standalone HTML page
+(``--report PATH``, default ``dlcb_demo_report.html`` in the system temp dir)."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import tempfile
 import time
 
 import torch
@@ -21,7 +26,12 @@ class Demo(torch.nn.Module):
         return col.permute(1, 0) + z / (peak + 1.0)     # [N, 24]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m dlcb_lab.demo", description=__doc__)
+    ap.add_argument("--report", default=os.path.join(tempfile.gettempdir(),
+                                                     "dlcb_demo_report.html"),
+                    help="where to write the pipeline report (standalone HTML)")
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     x, y = torch.randn(8, 4, 6), torch.randn(1, 4, 1)
     t0 = time.perf_counter()
@@ -53,6 +63,8 @@ def main() -> None:
     k = max(p.kernels, key=lambda k: len(k.body.params))
     print(k.coord_map, "\n")
     print(f"generated CUDA C++ for {k.name}:\n{k.cuda_source}")
+    path = cm.report(x, y).to_html(args.report)
+    print(f"\npipeline report (open in a browser; every stage, one tab each): {path.resolve()}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..display import Rich
 from ..errors import ShapeError
 from .expr import Expr
 
@@ -29,7 +30,7 @@ class Provenance:
 
 
 @dataclass(frozen=True)
-class Constraint:
+class Constraint(Rich):
     """``lhs == rhs`` over dimension expressions (shapes or integers).
 
     ``id`` is unique within a solver. ``parent`` is None for a constraint the user added, else the
@@ -51,7 +52,7 @@ class Constraint:
         return self.lhs.evaluate(env) == self.rhs.evaluate(env)
 
 
-class Constraints(tuple):
+class Constraints(tuple, Rich):
     """An ordered collection of ``Constraint``s (one per line when printed)."""
 
     def to_frame(self):

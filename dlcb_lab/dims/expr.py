@@ -30,6 +30,8 @@ import math
 import weakref
 from typing import Callable, Iterable, Mapping, Union
 
+from ..display import Rich
+
 __all__ = [
     "Expr", "Lit", "Var", "Prod", "Sum", "FloorDiv", "Mod", "Shape",
     "lit", "var", "as_expr", "shape", "prod", "ExprLike", "DIVMOD_RULES",
@@ -71,7 +73,7 @@ def _intern(cls: type, key: tuple, init: Callable[..., None], *args) -> "Expr":
     return node
 
 
-class Expr:
+class Expr(Rich):
     """Base of all dimension-expression nodes. Immutable and interned (see module docstring)."""
 
     __slots__ = ("_key", "_hash", "_free", "_sort", "__weakref__")

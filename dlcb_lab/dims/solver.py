@@ -14,6 +14,12 @@ can be reconstructed (``origin`` follows ``parent`` to the user-added constraint
 application is a frozen ``TraceRecord`` holding the interned equation and the rule's outcome; its
 text is rendered only when asked.
 
+Replay. A ``SolverTrace`` also holds the user-added constraints (and the derived ones), so
+``SolverTrace.replay()`` re-runs the solve with each rule's recorded outcome in place of the rule:
+it yields the work list, residuals and substitution after every step, and the state after the last
+step is the ``Solution``'s. A ``Contradiction`` raised by the solver carries the trace up to the
+failing step as ``trace``.
+
 Elimination order. ``solve`` prefers the variable of lowest rank and, among equal ranks, the one the
 solver saw last; variables are numbered by first appearance (left to right, lhs before rhs) in the
 constraints passed to ``add``. The result depends only on the constraints, never on when the ``Var``
@@ -29,8 +35,10 @@ import enum
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Callable, Iterable, Iterator, Mapping
 
+from ..display import Rich
 from .bounds import nonneg
 from .constraints import Constraint, Constraints, Contradiction, Provenance
 from .expr import (Expr, ExprLike, Lit, Shape, Sum, Var, _as_poly, _factors, _make_prod,
@@ -103,10 +111,11 @@ Outcome = Drop | Fail | Replace | Bind | None
 
 
 @dataclass(frozen=True)
-class TraceRecord:
+class TraceRecord(Rich):
     """One rule application: equation ``eq`` of constraint ``constraint_id`` (derived from
     ``parent_id``, None if user-added) rewritten with ``outcome``. ``before``/``after`` render
-    them as text."""
+    them as text. ``t_ns``: ``perf_counter_ns`` when the rule applied; ``dt_ns``: the time to
+    find and compute the rewrite (the rules tried before it included; applying it excluded)."""
 
     step: int
     rule: str
@@ -115,6 +124,7 @@ class TraceRecord:
     eq: tuple[Expr, Expr]
     outcome: Drop | Fail | Replace | Bind
     t_ns: int
+    dt_ns: int = 0
 
     @property
     def before(self) -> str:
@@ -128,8 +138,46 @@ class TraceRecord:
         return f"{self.step:>4} #{self.constraint_id:<3} {self.rule:<22} {self.before}  ->  {self.after}"
 
 
-class SolverTrace(tuple):
-    """The ordered rule applications of a solve (a tuple of ``TraceRecord``)."""
+class SolverTrace(tuple, Rich):
+    """The ordered rule applications of a solve (a tuple of ``TraceRecord``), with the
+    user-added ``constraints`` (in order) and the ``derived`` ones (in creation order) they act
+    on. Built from another ``SolverTrace`` without ``constraints``, it keeps that one's."""
+
+    constraints: tuple[Constraint, ...]
+    derived: tuple[Constraint, ...]
+
+    def __new__(cls, records: Iterable[TraceRecord] = (),
+                constraints: Iterable[Constraint] | None = None,
+                derived: Iterable[Constraint] | None = None) -> "SolverTrace":
+        self = super().__new__(cls, records)
+        if constraints is None and isinstance(records, SolverTrace):
+            constraints, derived = records.constraints, records.derived
+        self.constraints = tuple(constraints or ())
+        self.derived = tuple(derived or ())
+        return self
+
+    def constraint(self, cid: int) -> Constraint:
+        """The user-added or derived constraint with id ``cid`` (KeyError if unknown)."""
+        by_id = self.__dict__.get("_by_id")
+        if by_id is None:
+            by_id = self.__dict__["_by_id"] = {c.id: c for c in (*self.constraints,
+                                                                 *self.derived)}
+        return by_id[cid]
+
+    def replay(self, initial: bool = False) -> Iterator["SolverState"]:
+        """The solver's tables after each step, in order (with ``initial``, first the state
+        before step 0). Re-runs the solve from ``constraints`` with every rule replaced by its
+        recorded outcome, so the last state's ``subst`` and ``residuals`` are the solution's.
+        A state includes the user constraints added before the next step (those no rule
+        rewrote are residual already). Raises ``ValueError`` when the records do not replay
+        (a trace without its constraints, or records out of order)."""
+        return _replay(self, initial)
+
+    def stepper(self):
+        """An ipywidgets stepper over this trace (``dlcb_lab.viz.stepper``)."""
+        from ..viz.stepper import stepper
+
+        return stepper(self)
 
     def rule_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -145,9 +193,56 @@ class SolverTrace(tuple):
                             columns=["step", "rule", "constraint_id", "parent_id", "before",
                                      "after", "t_ns"])
 
+    def rule_frame(self):
+        """One row per rule that applied (in ``RULES`` order): ``count``, ``total_ns`` and
+        ``mean_ns`` of the steps' ``dt_ns``, and ``share`` of the total time."""
+        import pandas as pd
+
+        acc: dict[str, list[int]] = {}
+        for t in self:
+            a = acc.setdefault(t.rule, [0, 0])
+            a[0] += 1
+            a[1] += t.dt_ns
+        order = {name: k for k, (name, _, _) in enumerate(RULES)}
+        rows = sorted(acc.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+        total = sum(a[1] for _, a in rows) or 1
+        return pd.DataFrame([(r, n, ns, ns / n, ns / total) for r, (n, ns) in rows],
+                            columns=["rule", "count", "total_ns", "mean_ns", "share"]
+                            ).set_index("rule")
+
     def __repr__(self) -> str:
         return "\n".join([f"SolverTrace: {len(self)} rule applications {self.rule_counts()}"]
                          + [repr(t) for t in self])
+
+
+@dataclass(frozen=True, eq=False)
+class SolverState(Rich):
+    """The solver's tables after trace step ``step`` (-1: before the first; ``record`` its
+    ``TraceRecord``): ``pending`` the work list in order, ``residuals`` the constraints no rule
+    reduces (in the solver's order), ``subst`` the substitution (read-only, in binding order).
+    ``failed``: the constraint this step found contradictory (the solve of its ``add`` stopped
+    there). States share unchanged tables: treat them as read-only."""
+
+    step: int
+    record: TraceRecord | None
+    pending: tuple[Constraint, ...]
+    residuals: tuple[Constraint, ...]
+    subst: Mapping[Var, Expr]
+    failed: Constraint | None = None
+
+    @property
+    def live(self) -> dict[int, Constraint]:
+        """The live equations (pending and residual) by constraint id, in id order."""
+        return {c.id: c for c in sorted((*self.pending, *self.residuals), key=lambda c: c.id)}
+
+    def __repr__(self) -> str:
+        lines = [f"SolverState after step {self.step}: {len(self.pending)} pending, "
+                 f"{len(self.residuals)} residual, {len(self.subst)} solved"
+                 + (f", #{self.failed.id} failed" if self.failed is not None else "")]
+        lines += [f"  {v!r} := {e!r}" for v, e in self.subst.items()]
+        lines += [f"  pending {c!r}" for c in self.pending]
+        lines += [f"  residual {c!r}" for c in self.residuals]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -381,7 +476,8 @@ class Solver(_Resolves):
         return c
 
     def solution(self) -> "Solution":
-        return Solution(dict(self.subst), Constraints(self.residuals), SolverTrace(self.trace),
+        return Solution(dict(self.subst), Constraints(self.residuals),
+                        SolverTrace(self.trace, self.constraints, self.derived),
                         Constraints(self.constraints), Constraints(self.derived))
 
     # -- internals ------------------------------------------------------------------------------
@@ -426,25 +522,29 @@ class Solver(_Resolves):
         return tuple(out.values())
 
     def _contradiction(self, c: Constraint, why: str, extra: Iterable[Var] = ()) -> Contradiction:
-        return Contradiction(self.origin(c), why, self._colliding(c, extra),
-                             None if c.parent is None else c)
+        err = Contradiction(self.origin(c), why, self._colliding(c, extra),
+                            None if c.parent is None else c)
+        err.trace = SolverTrace(self.trace, self.constraints, self.derived)
+        return err
 
     def _run(self, work: deque) -> None:
         ctx = self._ctx
         while work:
             c: Constraint = work.popleft()
+            t0 = time.perf_counter_ns()
             for name, _, fn in RULES:
                 out = fn(ctx, c.lhs, c.rhs)
                 if out is not None:
-                    self._apply(name, c, out, work)
+                    self._apply(name, c, out, work, t0)
                     break
             else:
                 self.residuals.append(c)
 
     def _apply(self, rule: str, c: Constraint, out: Drop | Fail | Replace | Bind,
-               work: deque) -> None:
+               work: deque, t0: int) -> None:
+        now = time.perf_counter_ns()
         self.trace.append(TraceRecord(len(self.trace), rule, c.id, c.parent, (c.lhs, c.rhs), out,
-                                      time.perf_counter_ns()))
+                                      now, now - t0))
         if isinstance(out, Fail):
             raise self._contradiction(c, out.why, out.used)
         used = self._used.get(c.id, frozenset())
@@ -509,6 +609,54 @@ class Solution(_Resolves):
         lines += [f"  {v!r} := {e!r}" for v, e in self.subst.items()]
         lines += [f"  residual {r!r}" for r in self.residuals]
         return "\n".join(lines)
+
+
+def _replay(trace: SolverTrace, initial: bool) -> Iterator[SolverState]:
+    """``SolverTrace.replay``: ``Solver._run`` with each popped constraint either rewritten by
+    the next record's outcome (when that record is its) or left residual, exactly as the solve
+    went; ``add`` boundaries are the user-added constraints, each starting a fresh work list."""
+    s = Solver()
+    recs, n, i = tuple(trace), len(trace), 0
+    subst: Mapping[Var, Expr] = MappingProxyType({})
+    res_list, res = s.residuals, ()
+    failed = None
+
+    def state(step: int, pending: tuple[Constraint, ...]) -> SolverState:
+        nonlocal res_list, res
+        if s.residuals is not res_list or len(s.residuals) != len(res):
+            res_list, res = s.residuals, tuple(s.residuals)
+        return SolverState(step, recs[step] if step >= 0 else None, pending, res, subst, failed)
+
+    for u in trace.constraints:
+        c = s._new(u.lhs, u.rhs, u.provenance, None)
+        if c.id != u.id:
+            raise ValueError(f"trace does not replay: user constraint #{u.id} came as #{c.id}")
+        s.constraints.append(c)
+        work = deque([c])
+        while work:
+            c = work.popleft()
+            if i == n or recs[i].constraint_id != c.id:
+                s.residuals.append(c)
+                continue
+            if i or initial:
+                yield state(i - 1, (c, *work))
+            rec, failed = recs[i], None
+            i += 1
+            if (rec.constraint_id, rec.eq) != (c.id, (c.lhs, c.rhs)):
+                raise ValueError(f"trace does not replay at step {rec.step}: #{c.id} is "
+                                 f"{c.lhs!r} == {c.rhs!r}, the record has {rec.before}")
+            try:
+                s._apply(rec.rule, c, rec.outcome, work, 0)
+            except Contradiction:
+                failed = c
+                work.clear()      # the solver raised: the rest of this add's work is dropped
+            if isinstance(rec.outcome, Bind):
+                subst = MappingProxyType(dict(s.subst))
+    if i != n:
+        raise ValueError(f"trace does not replay: step {i} (#{recs[i].constraint_id}) never "
+                         "comes up")
+    if n or initial:
+        yield state(n - 1, ())
 
 
 def solve(eqs: Iterable[tuple[Expr, Expr] | Constraint]) -> Solution:

@@ -20,6 +20,7 @@ from typing import Any, Sequence, Union
 import torch
 
 from ..dims import Constraint, Expr, Lit, Var, prod
+from ..display import Rich
 from ..errors import DLError, ShapeError
 from ..ir.graph import Graph, Value
 from ..ir.ops import OpDef, OpKind, reduced_extents
@@ -47,10 +48,13 @@ class BufferPlan:
 
 @dataclass(frozen=True)
 class VariantLaunch:
-    """One compiled variant of a kernel: its buffer operands and the registers of its int params."""
+    """One compiled variant of a kernel: its buffer operands and the registers of its int params
+    (``name``: the variant's entry point; ``param_names``: the params' names in its code)."""
 
     operands: tuple[Operand, ...]
     params: tuple[int, ...]
+    name: str = ""
+    param_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,18 +124,53 @@ Step = Union[KernelLaunch, LibraryCall]
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(Rich):
     """Which registers hold what: buffer shapes, the steps, the buffers each step frees (after
-    their last use; outputs are never freed) and the outputs."""
+    their last use; outputs are never freed) and the outputs. ``inputs`` and ``regs`` (the graph
+    input names, the expression each register holds: ``HostProgram.args``/``.regs``) are for
+    display."""
 
     buffers: tuple[BufferPlan, ...]
     steps: tuple[Step, ...]
     frees: tuple[tuple[int, ...], ...]
     outputs: tuple[Operand, ...]
+    inputs: tuple[str, ...] = ()
+    regs: tuple[str, ...] = ()
 
     @property
     def kernels(self) -> tuple[KernelLaunch, ...]:
         return tuple(s for s in self.steps if isinstance(s, KernelLaunch))
+
+    def __repr__(self) -> str:
+        """A header (step, kernel launch, library call and buffer counts; outputs), then one line
+        per step of the first 40: its kernel's entry point or library op, its output buffer and
+        the buffers freed after it."""
+        limit = 40
+        n = lambda k, one, many=None: f"{k} {one if k == 1 else many or one + 's'}"
+        bufs = [b.value for b in self.buffers]
+
+        def name(o: Operand) -> str:
+            names = self.inputs if o.src is Src.INPUT else bufs
+            return f"%{names[o.index]}" if o.index < len(names) else f"{o.src.value}{o.index}"
+
+        n_k = len(self.kernels)
+        lines = [f"LaunchPlan: {n(len(self.steps), 'step')} "
+                 f"({n(n_k, 'kernel launch', 'kernel launches')}, "
+                 f"{n(len(self.steps) - n_k, 'library call')}), {n(len(bufs), 'buffer')}; "
+                 f"outputs {', '.join(name(o) for o in self.outputs)}"]
+        for i, (st, fr) in enumerate(zip(self.steps[:limit], self.frees)):
+            if isinstance(st, KernelLaunch):
+                more = len(st.variants) - 1
+                what = f"kernel {st.variants[0].name if st.variants else '?'}" + (
+                    f" (+{n(more, 'variant')})" if more > 0 else "")
+            else:
+                what = f"library {st.op.name}"
+            free = ", ".join(name(Operand(Src.BUFFER, b)) for b in fr)
+            lines.append(f"  {i:>3} {what} -> {name(Operand(Src.BUFFER, st.out))}"
+                         + (f"; frees {free}" if free else ""))
+        if len(self.steps) > limit:
+            lines.append(f"  … {n(len(self.steps) - limit, 'more step')}")
+        return "\n".join(lines)
 
 
 def fill(template: Any, r: Sequence[int]) -> Any:
@@ -192,7 +231,7 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
           ) -> tuple[HostProgram, LaunchPlan]:
     """The host program and launch plan for ``kernels`` and the graph's library calls, which
     fill ``buffers`` (every materialized value; those of literal size 0 have no kernel)."""
-    hb = HostBuilder(len(g.inputs))
+    hb = HostBuilder(len(g.inputs), [v.name for v in g.inputs])
     origins = dim_origins(g)
     consts = {v.id for v, _ in g.constants}
     resolved = [g.dims(v) for v in g.inputs]
@@ -257,8 +296,9 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
             steps.append(_kernel_launch(hb, by_out[v.id], operand, buf_index[v.id],
                                         {v.id: t for v, t in g.constants}))
     outputs = tuple(Operand(Src.BUFFER, buf_index[v.id]) for v in g.outputs)
-    return hb.build(), LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs),
-                                  outputs)
+    host = hb.build()
+    return host, LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs), outputs,
+                            host.args, host.regs)
 
 
 def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
@@ -273,7 +313,8 @@ def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: d
 def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
                   ) -> KernelLaunch:
     variants = tuple(VariantLaunch(tuple(operand(x) for x in v.inputs),
-                                   tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params))
+                                   tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params),
+                                   v.name, tuple(n for n, _ in v.params))
                      for v in kb.variants())
     extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)
     bound = hb.maximum([b for v in kb.variants() for b in v.index_bounds])

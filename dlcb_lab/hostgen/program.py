@@ -8,16 +8,18 @@ each op once, as Python source over its operands: ``{A}``/``{B}`` the registers 
 ``{a}``/``{b}`` immediates, ``{d}`` the destination (for checks: the message index). ``interpret``
 evaluates the instructions one by one; ``compile`` joins the same sources into one straight-line
 function (the fast path used by thunks). Both raise ``ShapeMismatch`` naming the dimension and the
-constraint.
+constraint. ``trace`` evaluates the same instructions for inspection: every register value and
+every check, stopping (without raising) at the first failing check with the message it raises.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit
+from ..display import Rich
 from ..errors import ShapeError, ShapeMismatch
 
 
@@ -50,6 +52,8 @@ INSTRUCTIONS: dict[str, OpSpec] = {
                    "M[{d}].format(got=len(shapes[{a}]))"),
 }
 _CHECKS = frozenset(k for k, s in INSTRUCTIONS.items() if not s.value)
+_SHORT = {"max": "max({A}, {B})", "fdiv0": "{A} // {B}  (0 if {B} <= 0)",
+          "mod0": "{A} % {B}  (0 if {B} <= 0)"}   # ``Instr.text`` of conditional expressions
 
 
 @dataclass(frozen=True)
@@ -65,19 +69,41 @@ class Instr:
         f = dict(A=reg(self.a), B=reg(self.b), a=self.a, b=self.b, d=self.dst)
         return spec.fail.format(**f), spec.message.format(**f), spec.value.format(**f)
 
+    @property
+    def is_check(self) -> bool:
+        return self.op in _CHECKS
+
+    def reads(self) -> tuple[int, ...]:
+        """The registers this instruction reads (``a`` and/or ``b``, as its ``OpSpec`` uses them)."""
+        spec = INSTRUCTIONS[self.op]
+        text = spec.value + spec.fail + spec.message
+        return tuple(x for x, key in ((self.a, "{A}"), (self.b, "{B}")) if key in text)
+
+    def text(self) -> str:
+        """``r3 = r1 * r2``, or for a check ``fail if r4 != r7``."""
+        fail, _, value = self.source(lambda i: f"r{i}")
+        short = _SHORT.get(self.op)
+        if short is not None:
+            value = short.format(A=f"r{self.a}", B=f"r{self.b}")
+        return f"fail if {fail}" if self.is_check else f"r{self.dst} = {value}"
+
     def __repr__(self) -> str:
         return f"{self.op:<8} {self.dst:>3} {self.a:>3} {self.b:>3}"
 
 
 @dataclass(frozen=True)
-class HostProgram:
-    """Instructions, check messages, and the registers holding each named output slot."""
+class HostProgram(Rich):
+    """Instructions, check messages, and the registers holding each named output slot.
+    ``args``: the graph input each shape argument is; ``regs``: for each register, the dimension
+    expression it holds (empty for a load only compared against an expression)."""
 
     instrs: tuple[Instr, ...]
     messages: tuple[str, ...]
     slots: dict[str, int]
     n_regs: int
     n_args: int
+    args: tuple[str, ...] = ()
+    regs: tuple[str, ...] = ()
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "_steps"}   # code objects
@@ -89,16 +115,55 @@ class HostProgram:
 
         return [tuple(code(s) for s in ins.source(lambda i: f"r[{i}]")) for ins in self.instrs]
 
-    def interpret(self, shapes: Sequence[Sequence[int]]) -> list[int]:
-        """Evaluate the instructions one at a time (the reference semantics of ``compile``)."""
-        r = [0] * self.n_regs
+    def _execute(self, shapes: Sequence[Sequence[int]], r: list[int]) -> Iterator[str | None]:
+        """Evaluate the instructions one at a time into ``r``, yielding per instruction ``None``
+        or, for a failing check, its message (then stopping)."""
         ns = {"r": r, "shapes": shapes, "M": self.messages}
         for ins, (fail, message, value) in zip(self.instrs, self._steps):
             if fail is not None and eval(fail, ns):
-                raise ShapeMismatch(eval(message, ns))
+                yield eval(message, ns)
+                return
             if value is not None:
                 r[ins.dst] = eval(value, ns)
+            yield None
+
+    def interpret(self, shapes: Sequence[Sequence[int]]) -> list[int]:
+        """Evaluate the instructions one at a time (the reference semantics of ``compile``)."""
+        r = [0] * self.n_regs
+        for failure in self._execute(shapes, r):
+            if failure is not None:
+                raise ShapeMismatch(failure)
         return r
+
+    def trace(self, shapes: Sequence[Sequence[int]]) -> "HostTrace":
+        """Evaluate for concrete input shapes (one per graph input, constants included) and keep
+        every step: each instruction's operand and result values, each check passing or failing
+        with the message the host program raises. Never raises: evaluation stops at the first
+        failure, recorded in ``HostTrace.error``."""
+        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        r = [0] * self.n_regs
+        steps: list[TraceStep] = []
+        error = None
+        if len(shapes) != self.n_args:
+            error = f"expected {self.n_args} inputs, got {len(shapes)}"   # as ``compile`` says
+        else:
+            run = self._execute(shapes, r)
+            for i, ins in enumerate(self.instrs):
+                reads = tuple((k, r[k]) for k in ins.reads())   # before the write (dst may alias)
+                try:
+                    failure = next(run)
+                except (IndexError, TypeError) as err:   # a constant given a shape of lower rank
+                    failure = f"instruction {i} ({ins.text()}): {type(err).__name__}: {err}"
+                value = None if ins.is_check or failure is not None else r[ins.dst]
+                steps.append(TraceStep(i, ins, reads, value, failure))
+                if failure is not None:
+                    error = failure
+                    break
+        written = {s.instr.dst for s in steps if not s.instr.is_check and s.failure is None}
+        slots = {name: r[k] for name, k in self.slots.items() if k in written}
+        return HostTrace(self, shapes, tuple(steps), tuple(r[k] if k in written else None
+                                                           for k in range(self.n_regs)),
+                         slots, error)
 
     def compile(self) -> Callable[[Sequence[Sequence[int]]], list[int]]:
         """The instruction list as one straight-line Python function ``f(shapes) -> registers``."""
@@ -129,10 +194,58 @@ class HostProgram:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class TraceStep:
+    """One evaluated instruction: the registers it read with their values, the value it stored
+    (``None`` for checks) and, for a failing check, the message raised (``failure``)."""
+
+    index: int
+    instr: Instr
+    reads: tuple[tuple[int, int], ...]
+    value: int | None
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class HostTrace(Rich):
+    """``HostProgram.trace``: the instructions evaluated for ``shapes``, up to and including the
+    first failing check. ``registers``: final values (``None``: not computed); ``slots``: the
+    named launch slots computed; ``error``: the message the thunk raises as ``ShapeMismatch``."""
+
+    program: HostProgram
+    shapes: tuple[tuple[int, ...], ...]
+    steps: tuple[TraceStep, ...]
+    registers: tuple[int | None, ...]
+    slots: dict[str, int]
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def __repr__(self) -> str:
+        n_checks = sum(1 for s in self.steps if s.instr.is_check)
+        head = (f"HostTrace {list(self.shapes)}: {len(self.steps)}/{len(self.program.instrs)} "
+                f"instructions, {n_checks} checks, "
+                + ("ok" if self.ok else f"FAILED: {self.error}"))
+        lines = [head]
+        for s in self.steps:
+            if s.instr.is_check:
+                note = "ok" if s.failure is None else f"FAIL {s.failure}"
+            else:
+                note = f"= {s.value}"
+            args = ", ".join(f"r{k}={v}" for k, v in s.reads)
+            lines.append(f"  {s.index:>3}: {s.instr.text():<28} {note}"
+                         + (f"   ({args})" if args else ""))
+        lines += [f"  slot {name} = {v}" for name, v in self.slots.items()]
+        return "\n".join(lines)
+
+
 class HostBuilder:
     """Emit instructions; expressions are compiled once per node (interned => CSE)."""
 
-    def __init__(self, n_args: int) -> None:
+    def __init__(self, n_args: int, arg_names: Sequence[str] = ()) -> None:
+        self.arg_names = tuple(arg_names)
         self.instrs: list[Instr] = []
         self.messages: list[str] = []
         self.slots: dict[str, int] = {}
@@ -205,8 +318,11 @@ class HostBuilder:
         return r
 
     def build(self) -> HostProgram:
+        regs = [""] * self.n
+        for e, r in self.env.items():   # first expression stored in a register names it
+            regs[r] = regs[r] or repr(e)
         return HostProgram(tuple(self.instrs), tuple(self.messages), dict(self.slots), self.n,
-                           self.n_args)
+                           self.n_args, tuple(self.arg_names), tuple(regs))
 
 
 def escape(text: str) -> str:

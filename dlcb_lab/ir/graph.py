@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from ..dims import Expr, Lit, Provenance, Shape, Solver, Var, as_expr, shape, var
+from ..display import Rich
 from ..errors import DLError, ShapeError
 from .dtypes import dtype_of
 from .ops import OPS, OpDef, OpKind, data_and_index, infer_dtypes, is_scalar
@@ -57,7 +58,7 @@ class Node:
 
 
 @dataclass(eq=False)
-class Graph:
+class Graph(Rich):
     """A DLCB IR graph and its shape-constraint solver."""
 
     solver: Solver = field(default_factory=Solver)

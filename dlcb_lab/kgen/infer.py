@@ -55,6 +55,9 @@ class _Builder:
         self.inputs: dict[int, int] = {}        # value id -> buffer position
         self.in_values: list[Value] = []
         self.loads: list[tuple[str, tuple[Expr, ...]]] = []
+        self.path: list[tuple[str, str]] = []    # reverse transforms from the root inward
+        self.via: list[tuple[tuple[str, str], ...]] = []   # per load: ``path`` when it was made
+        self.temps: list[str] = []               # per load: its Load statement's name
         self.loop_names: set[str] = set()
         self.index_exprs: list[Expr] = []
         self.n = 0
@@ -67,6 +70,12 @@ class _Builder:
     def tmp(self, p: str) -> str:
         self.n += 1
         return f"{p}{self.n}"
+
+    def enter(self, node, coords, ins) -> None:
+        """Push ``node``'s reverse transform (output ``coords`` -> one input's ``ins``) on the
+        provenance path of the loads made until the caller pops it (``CoordMap.via``). A failed
+        build is discarded, so no ``finally`` is needed (and none deepens the recursion)."""
+        self.path.append((node.op.name, transform_kind(node, coords, ins, self.loop_names)))
 
     # scope of an expression / value: innermost loop scope iff it depends on a loop variable
     def scope_for(self, free: frozenset[str]) -> _Scope:
@@ -215,22 +224,34 @@ class _Builder:
             self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
             self.loads.append((v.name, tuple(coords)))
             name = self.tmp("x")
+            self.via.append(tuple(self.path))
+            self.temps.append(name)
             stmt = Load(name, dtype_of(v.dtype), buf, iname, self.pred)
         else:
             node = v.producer
             if node.op.kind is OpKind.GATHER:    # coordinates read from an index tensor
+                self.path.append((node.op.name, "index tensor"))   # loads made by gathered
                 ins = node.op.reverse(self.g, node, coords, index=self.gathered)
+                self.path.pop()
                 x, c = next((x, c) for x, c in zip(node.inputs, ins) if c is not None)
-                return self.value(x, c)
+                self.enter(node, coords, c)
+                name = self.value(x, c)
+                self.path.pop()
+                return name
             ins = node.op.reverse(self.g, node, coords)
             if node.op.kind.is_transform:   # pure coordinate transforms
-                return self.value(node.inputs[0], ins[0])
+                self.enter(node, coords, ins[0])
+                name = self.value(node.inputs[0], ins[0])
+                self.path.pop()
+                return name
             t = dtype_of(v.dtype)
             if node.op.kind is OpKind.SELECT:
                 refs: list[tuple[str, Ref]] = []
                 default: Ref | Imm | None = None
                 for x, c in zip(node.inputs, ins):
+                    self.enter(node, coords, c)
                     p, val = self.guarded(x, c)
+                    self.path.pop()
                     if p == self.pred:   # the guard always holds here: later inputs are dead
                         default = Ref(val, dtype_of(x.dtype))
                         break
@@ -241,8 +262,15 @@ class _Builder:
                 name = self.tmp("v")
                 stmt = Select(name, t, tuple(refs), default)
             else:
-                args = tuple(Imm(x) if c is None else Ref(self.value(x, c), dtype_of(x.dtype))
-                             for x, c in zip(node.inputs, ins))
+                args = []
+                for x, c in zip(node.inputs, ins):
+                    if c is None:
+                        args.append(Imm(x))
+                        continue
+                    self.enter(node, coords, c)
+                    args.append(Ref(self.value(x, c), dtype_of(x.dtype)))
+                    self.path.pop()
+                args = tuple(args)
                 name = self.tmp("v")
                 stmt = Compute(name, node.op.name, args, t, dtype_of(node.compute_dtype))
         scope = self.scope_for(free)
@@ -302,7 +330,7 @@ class _Builder:
         bound_extent = None if extent is None else \
             prod(win.bounds) if node.op.kind is OpKind.REDUCE else extent
         cmap = CoordMap(self.root.name, tuple(out_coords), tuple((v.name, e) for v, e in loops),
-                        tuple(self.loads))
+                        tuple(self.loads), tuple(self.via), tuple(self.temps))
         params = tuple((n, e) for e, n in self.params.items())
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
@@ -336,7 +364,9 @@ class _Builder:
     def reduce_loops(self, node, coords, win, extent, loops, acc, red, acc_t, counter) -> None:
         lvars = self.open_loops(win.extents, win.bounds, extent, loops)
         (where,) = node.op.reverse(self.g, node, coords, loops=lvars)
+        self.enter(node, coords, where)
         pred, val = self.guarded(node.inputs[0], where)
+        self.path.pop()
         self.inner.stmts.append(Accumulate(acc, red, val, acc_t, pred))
         if counter:
             self.inner.stmts.append(Accumulate(counter, _COUNT, "1", I64, pred))
@@ -351,7 +381,9 @@ class _Builder:
         if not extent.is_lit(0):
             lvars = self.open_loops(exts, exts, extent, loops)
             ins = node.op.reverse(self.g, node, coords, loops=lvars)
+            self.enter(node, coords, ins[0])
             self.inner.stmts.append(RowAccumulate(kind, self.value(node.inputs[0], ins[0])))
+            self.path.pop()
             self.close_loops(loops)
         if self.cooperative:
             self.outer.stmts.append(RowCombine(kind))
@@ -361,10 +393,12 @@ class _Builder:
         again: list = []
         lvars = self.open_loops(exts, exts, extent, again)
         ins = node.op.reverse(self.g, node, coords, loops=lvars)
+        self.enter(node, coords, ins[0])
         affine = [self.value(p, c) for p, c in zip(node.inputs[1:], ins[1:])]
         res = self.tmp("v")
         self.inner.stmts.append(RowOutput(res, kind, self.value(node.inputs[0], ins[0]), out_t,
                                           *affine))
+        self.path.pop()
         idx = simplify_bounded(linear_index(ins[0], self.dims), self.bounds)
         idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
         self.index_exprs.append(idx)
@@ -373,6 +407,29 @@ class _Builder:
 
 
 _COUNT = Reduction(Combine.SUM)
+
+
+def transform_kind(node, coords, ins, loop_names) -> str:
+    """What ``node``'s reverse transform does to one input (for ``CoordMap.via``): ``coords`` the
+    output coordinates, ``ins`` that input's (a list or ``Guarded``), ``loop_names`` the loop
+    variables in scope."""
+    kind = node.op.kind
+    cs = list(ins.coords if isinstance(ins, Guarded) else ins)
+    if kind is OpKind.ELEMENTWISE or node.op.name == "expand":
+        tail = coords[len(coords) - len(cs):] if cs else []
+        bcast = len(cs) < len(coords) or any(c.is_lit(0) and not o.is_lit(0)
+                                             for c, o in zip(cs, tail))
+        return "broadcast→0" if bcast else "identity"
+    if kind is OpKind.REDUCE:   # a window mixes output coordinates and loop variables
+        mixed = any(c.free_vars & loop_names and c.free_vars - loop_names for c in cs)
+        return "window" if mixed else "reduce loop"
+    return _TRANSFORM_KINDS.get(node.op.name) or _TRANSFORM_KINDS.get(kind.value, kind.value)
+
+
+_TRANSFORM_KINDS = {"reshape": "reshape (div/mod)", "permute": "permute", "slice": "slice",
+                    "roll": "roll (mod)", "pad": "pad (guarded)", "cat": "cat (guarded)",
+                    "select": "guarded select", "gather": "gather", "row": "row loop"}
+"""``transform_kind`` by op name, then by op kind."""
 
 
 def _is_poly_of_vars(e: Expr) -> bool:

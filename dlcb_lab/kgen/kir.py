@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..dims import Expr, Var
+from ..display import Rich
 from ..ir.dtypes import F64, I64, DType
 from ..ir.graph import Value
 from ..ir.ops import Combine, Reduction, RowKind, Scalar
@@ -38,10 +39,11 @@ def code_name(v: Var) -> str:
 
 
 def acc_dtype(red: Reduction, out: DType) -> DType:
-    """Accumulator type: sums in double (floats) or int64; max in the dtype (floats) or int64."""
+    """Accumulator type: sums in double (floats) or int64; max in the dtype's register type
+    (floats) or int64."""
     if red.combine is Combine.SUM:
         return F64 if out.is_float else I64
-    return out if out.is_float else I64
+    return out.reg if out.is_float else I64
 
 
 # --- statements ---------------------------------------------------------------------------------
@@ -223,22 +225,32 @@ Stmt = Union[IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, L
 # --- kernels --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class CoordMap:
+class CoordMap(Rich):
     """For one kernel: output coordinates (as functions of the thread index ``_t``), loop extents,
     and for each load the value read and its coordinates as expressions of output coordinates and
-    loop variables."""
+    loop variables.
+
+    Provenance, per load (parallel to ``loads``; empty when not recorded): ``via``, the reverse
+    transforms that produced its coordinates, from the output inward, as (op name, transform:
+    ``identity``, ``broadcast→0``, ``reshape (div/mod)``, ``permute``, ``reduce loop``,
+    ``window``, ``gather``...); ``temps``, the name of its ``Load`` statement in the kernel."""
 
     out: str
     out_coords: tuple[tuple[str, Expr], ...]
     loops: tuple[tuple[str, Expr], ...]
     loads: tuple[tuple[str, tuple[Expr, ...]], ...]
+    via: tuple[tuple[tuple[str, str], ...], ...] = ()
+    temps: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         oc = ", ".join(n for n, _ in self.out_coords)
         lines = [f"CoordMap {self.out}[{oc}]"]
         lines += [f"  {n} = {e!r}" for n, e in self.out_coords]
         lines += [f"  loop {n} < {e!r}" for n, e in self.loops]
-        lines += [f"  load {b}[{', '.join(map(repr, cs))}]" for b, cs in self.loads]
+        via = self.via or ((),) * len(self.loads)
+        lines += [f"  load {b}[{', '.join(map(repr, cs))}]" +
+                  ("  <- " + ", ".join(f"{op}: {t}" for op, t in path) if path else "")
+                  for (b, cs), path in zip(self.loads, via)]
         return "\n".join(lines)
 
 

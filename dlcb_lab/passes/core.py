@@ -8,12 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from ..dims import Expr, Lit, shape
+from ..display import Rich
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import OpKind
 
 
 @dataclass(frozen=True)
-class PassRecord:
+class PassRecord(Rich):
     """What one pass changed: one line per change."""
 
     name: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..display import Rich
 from ..ir.graph import Graph, Value
 from ..ir.ops import OpKind
 
@@ -23,7 +24,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Partition:
+class Partition(Rich):
     steps: tuple[Step, ...]
 
     def counts(self) -> dict[str, int]:

@@ -135,16 +135,42 @@ def _make_caller(k: CudaKernel) -> Callable[..., None]:
     return ns["call"]
 
 
+class _StreamHandle:
+    """``__cuda_stream__`` for a stream that lacks it: a numba.cuda stream (``.handle``: a ctypes
+    ``c_void_p`` or a ``CUstream``) or a raw ``CUstream`` address. Holds ``owner`` alive."""
+
+    __slots__ = ("owner", "handle")
+
+    def __init__(self, owner: Any):
+        h = owner if isinstance(owner, int) else getattr(owner, "handle", None)
+        if h is None:
+            raise TypeError(f"cannot use {type(owner).__name__} as a CUDA stream (expected a "
+                            f"torch.cuda.Stream, a cuda.core Stream, a numba.cuda stream, an "
+                            f"object with __cuda_stream__ or a raw stream handle)")
+        h = h.value if hasattr(h, "value") else h   # ctypes c_void_p
+        self.owner, self.handle = owner, int(h or 0)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.handle
+
+
 def _stream_of(obj: Any, dev: int) -> Any:
-    """A cached ``cuda.core`` Stream for ``obj``: a cuda.core Stream (as is), a torch.cuda.Stream, or
-    anything with ``__cuda_stream__``. The wrapper keeps ``obj`` alive, so its handle is not reused."""
+    """A cached ``cuda.core`` Stream for ``obj``: a cuda.core Stream (as is), a torch.cuda.Stream,
+    anything with ``__cuda_stream__``, a numba.cuda stream or a raw handle; ``0`` (numba's
+    spelling of the default stream) is torch's current stream. The wrapper keeps ``obj`` alive,
+    so its handle is not reused."""
     _core()
     if isinstance(obj, _CoreStream):
         return obj
     if isinstance(obj, torch.cuda.Stream):
         key = (obj.cuda_stream, obj.device_index)
-    else:
+    elif hasattr(obj, "__cuda_stream__"):
         key = (int(obj.__cuda_stream__()[1]), dev)
+    else:
+        obj = _StreamHandle(obj)
+        if obj.handle == 0:
+            return _current_stream(dev)
+        key = (obj.handle, dev)
     s = _STREAMS.get(key)
     if s is None:
         s = _STREAMS[key] = _device(key[1]).create_stream(obj)

@@ -2,7 +2,9 @@
 
 Both take ``(variant, numel, out, ins, params, narrow)``: ``variant`` 0 is one thread per output
 element, 1 (reductions) one block per output element; ``narrow`` selects the 32-bit index entry
-point (CUDA only; the host program decides it from the kernel's index bound)."""
+point (CUDA only; the host program decides it from the kernel's index bound). ``geometry(variant,
+numel)`` is the launch configuration ``(grid, block)`` a call uses (``Thunk.launches`` reports it;
+``Kernel.forall`` launches with it)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,11 @@ class CpuLauncher:
 
     def choose(self, numel: int, extent: int) -> int:
         return 0
+
+    def geometry(self, variant: int, numel: int) -> tuple[int, int]:
+        """``(numel, 1)``: one ``prange`` iteration per output element (numba splits them over
+        its threads)."""
+        return numel, 1
 
     def __call__(self, variant: int, numel: int, out: torch.Tensor, ins, params, narrow=False):
         self.fn(_flat_array(out), *[_flat_array(a) for a in ins], numel, *params)
@@ -51,7 +58,11 @@ class CudaLauncher:
             return 0
         return 1 if (numel < self.fill or extent >= 4096) else 0
 
+    def geometry(self, variant: int, numel: int) -> tuple[int, int]:
+        """``(grid, block)`` for ``numel`` outputs: ``BLOCK`` threads per block, one thread (variant
+        0) or one block (variant 1) per output element, the grid capped at ``MAX_GRID`` (the
+        kernels loop grid-stride over the rest); grid 0 when there is nothing to compute."""
+        return min(MAX_GRID, numel if variant else -(-numel // BLOCK)), BLOCK
+
     def __call__(self, variant: int, numel: int, out, ins, params, narrow=False):
-        k = self.kernels[variant, narrow]
-        grid = numel if variant else -(-numel // BLOCK)
-        k[min(MAX_GRID, grid), BLOCK](out, *ins, numel, *params)
+        self.kernels[variant, narrow][self.geometry(variant, numel)](out, *ins, numel, *params)

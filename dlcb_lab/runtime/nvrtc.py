@@ -17,17 +17,20 @@ import os
 import pathlib
 import re
 import time
+from dataclasses import dataclass
 
 from .cache import atomic_write, cache_dir, content_key
 
 __all__ = [
     "CudaCompileError",
+    "ResourceUsage",
     "compile_cubin",
     "device_arch",
     "include_dirs",
     "nvrtc_compile_count",
     "nvrtc_compile_seconds",
     "nvrtc_version",
+    "resource_usage",
 ]
 
 _PROGRAM_NAME = "dlcb_kernels.cu"
@@ -125,6 +128,11 @@ def _normalize_arch(arch: str) -> str:
 
 def _nvrtc_compile(source: str, options: tuple[str, ...]) -> bytes:
     """One NVRTC compilation to cubin; raises :class:`CudaCompileError` with the log on failure."""
+    return _nvrtc_run(source, options)[0]
+
+
+def _nvrtc_run(source: str, options: tuple[str, ...]) -> tuple[bytes, str]:
+    """One NVRTC compilation: (cubin, program log); :class:`CudaCompileError` on failure."""
     from cuda.bindings import nvrtc
 
     (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode(), _PROGRAM_NAME.encode(), 0, [], []))
@@ -139,9 +147,88 @@ def _nvrtc_compile(source: str, options: tuple[str, ...]) -> bytes:
         (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog))
         cubin = bytes(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin))
-        return cubin
+        (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog))
+        log = bytes(size)
+        _check(nvrtc.nvrtcGetProgramLog(prog, log))
+        return cubin, log.rstrip(b"\x00").decode(errors="replace")
     finally:
         _check(nvrtc.nvrtcDestroyProgram(prog))
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """What ptxas reports for one entry point: registers per thread, bytes of stack frame, of
+    spill stores and loads, of static shared memory (``smem``), of constant memory (``cmem``, all
+    banks), and named barriers."""
+
+    entry: str
+    registers: int
+    stack_frame: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    shared: int = 0
+    constant: int = 0
+    barriers: int = 0
+
+
+@functools.lru_cache(maxsize=32)
+def resource_usage(source: str, *, arch: str = "sm_90",
+                   options: tuple[str, ...] = ()) -> dict[str, ResourceUsage]:
+    """Per entry point of ``source``, the resources ptxas reports when compiling it for ``arch``
+    (NVRTC with ``--ptxas-options=-v``; no GPU needed). The ptxas log is cached on disk under
+    ``cache_dir("ptxas")``, keyed like cubins (source, arch, options, NVRTC version)."""
+    global _compile_count, _compile_seconds
+    arch = _normalize_arch(arch)
+    major, minor = nvrtc_version()
+    key = content_key(source, arch, "\x00".join(options), f"nvrtc-{major}.{minor}", "ptxas-v")
+    path = cache_dir("ptxas") / f"{key}.log"
+    try:
+        usage = parse_ptxas_log(path.read_text(encoding="utf-8"))
+        if usage or "__global__" not in source:   # else an entry without entry points: redo
+            return usage
+    except (OSError, UnicodeDecodeError):
+        pass
+    flags = (f"--gpu-architecture={arch}", "-std=c++17", *(f"-I{d}" for d in include_dirs()),
+             *options, "--ptxas-options=-v")
+    t0 = time.perf_counter()
+    try:
+        _, log = _nvrtc_run(source, flags)
+    finally:
+        _compile_seconds += time.perf_counter() - t0
+        _compile_count += 1
+    atomic_write(path, log.encode())
+    return parse_ptxas_log(log)
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_PROPS = re.compile(r"Function properties for (\S+)")
+_PTXAS_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers")
+
+
+def parse_ptxas_log(log: str) -> dict[str, ResourceUsage]:
+    """``ResourceUsage`` per entry function named in a ptxas ``-v`` log (NVRTC program log)."""
+    fields: dict[str, dict[str, int]] = {}
+    entry = props = None
+    for line in log.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            entry = m.group(1)
+            fields[entry] = {"registers": 0}
+        elif m := _PTXAS_PROPS.search(line):
+            props = m.group(1)
+        elif (m := _PTXAS_FRAME.search(line)) and props in fields:
+            for k, v in zip(("stack_frame", "spill_stores", "spill_loads"), m.groups()):
+                fields[props][k] = int(v)
+        elif (m := _PTXAS_USED.search(line)) and entry is not None:
+            f = fields[entry]
+            f["registers"] = int(m.group(1))
+            if b := re.search(r"used (\d+) barriers", line):
+                f["barriers"] = int(b.group(1))
+            if sm := re.search(r"(\d+) bytes smem", line):
+                f["shared"] = int(sm.group(1))
+            f["constant"] = sum(int(x) for x in re.findall(r"(\d+) bytes cmem\[\d+\]", line))
+    return {e: ResourceUsage(e, **f) for e, f in fields.items()}
 
 
 # Cache file layout (see compile_cubin): magic, SHA-256 of the cubin, the cubin.

@@ -4,21 +4,79 @@
 ``DynamicAOTThunk`` serves any shapes of the traced ranks and dtypes: it runs the host program
 (binding named dims, checking constraints, computing launch slots), allocates outputs and launches.
 Both validate operands (count, tensor, layout, dtype, device) before anything else.
+``Thunk.launches(shapes)`` says, without running anything, what a call with those shapes does: the
+host program's trace, then per step the kernel variant, entry point, element count and int params,
+or the library call and its arguments.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
+from ..display import Rich
 from ..errors import ShapeMismatch
-from ..hostgen.lower import LaunchPlan, LibraryCall, Operand, Src
-from ..hostgen.program import HostProgram
+from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src, VariantLaunch
+from ..hostgen.program import HostProgram, HostTrace
+from ..kgen.emit import NARROW
 from .launchers import NARROW_LIMIT
 
 
-class Thunk:
+@dataclass(frozen=True)
+class StepLaunch:
+    """One step of a call for concrete shapes. Kernels: ``name`` the entry point (the variant,
+    ``_i32`` when the 32-bit index entry point is taken), ``variant`` 0 one thread per output
+    element or 1 one block per output element, ``numel`` the elements (0: not launched),
+    ``params`` the int params by code name, ``grid``/``block`` the launch configuration
+    (``launcher.geometry``: blocks and threads per block on CUDA, ``(numel, 1)`` prange iterations
+    on CPU). Library calls: ``name`` the op, ``params`` its keyword arguments. ``frees``: buffers
+    dropped after the step."""
+
+    index: int
+    kind: str                          # "kernel" or "library"
+    name: str
+    out: str
+    shape: tuple[int, ...]
+    params: tuple[tuple[str, Any], ...]
+    frees: tuple[str, ...]
+    numel: int | None = None
+    variant: int | None = None
+    narrow: bool | None = None
+    extent: int | None = None
+    index_bound: int | None = None
+    grid: int | None = None
+    block: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchTrace(Rich):
+    """``Thunk.launches``: the host trace and, when it passes, every step the call makes."""
+
+    thunk_kind: str
+    device: str
+    host: HostTrace
+    steps: tuple[StepLaunch, ...]
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def __repr__(self) -> str:
+        lines = [f"LaunchTrace [{self.thunk_kind}, {self.device}] {list(self.host.shapes)}: "
+                 + ("ok" if self.ok else f"FAILED: {self.error}")]
+        for s in self.steps:
+            ps = ", ".join(f"{k}={v!r}" for k, v in s.params)
+            how = (f"numel {s.numel} variant {s.variant} {'32' if s.narrow else '64'}-bit "
+                   f"grid {s.grid} block {s.block}" if s.kind == "kernel" else "library")
+            lines.append(f"  {s.index:>3} {s.name} -> %{s.out} {list(s.shape)} {how} ({ps})"
+                         + (f" frees {', '.join(s.frees)}" if s.frees else ""))
+        return "\n".join(lines)
+
+
+class Thunk(Rich):
     kind = "abstract"
 
     def __init__(self, host: HostProgram, plan: LaunchPlan, launchers: Sequence,
@@ -67,6 +125,44 @@ class Thunk:
     def _registers(self, tensors: list[torch.Tensor]) -> list[int]:
         return self._run_host([t.shape for t in tensors])
 
+    def _shape_error(self, shapes: Sequence[Sequence[int]]) -> str | None:
+        """Why shapes the host program accepts are refused anyway (a static thunk's shapes)."""
+        return None
+
+    def _choose(self, step: KernelLaunch, launcher, r: Sequence[int]
+                ) -> tuple[int, VariantLaunch, bool]:
+        """(variant index, variant, 32-bit index entry point) of a kernel step with elements."""
+        v = launcher.choose(r[step.numel], r[step.extent]) if step.extent is not None else 0
+        return v, step.variants[v], self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT
+
+    def launches(self, shapes: Sequence[Sequence[int]]) -> LaunchTrace:
+        """What a call with input ``shapes`` (one per input, constants included) does, decided as
+        ``__call__`` decides it; nothing is allocated or launched. Never raises: a shape the call
+        refuses gives ``error`` (the ``ShapeMismatch`` message) and no steps."""
+        trace = self.host.trace(shapes)
+        error = trace.error or self._shape_error(trace.shapes)
+        if error is not None:
+            return LaunchTrace(self.kind, self.device, trace, (), error)
+        r, plan, out = trace.registers, self.plan, []
+        launchers = iter(self.launchers)
+        for i, (step, frees) in enumerate(zip(plan.steps, plan.frees)):
+            b = plan.buffers[step.out]
+            common = dict(index=i, out=b.value, shape=tuple(r[k] for k in b.shape_regs),
+                          frees=tuple(plan.buffers[j].value for j in frees))
+            if isinstance(step, LibraryCall):
+                out.append(StepLaunch(kind="library", name=step.op.name,
+                                      params=tuple(step.kwargs(r).items()), **common))
+                continue
+            launcher, n = next(launchers), r[step.numel]
+            v, var, narrow = self._choose(step, launcher, r) if n else (0, step.variants[0], False)
+            grid, block = launcher.geometry(v, n)
+            out.append(StepLaunch(kind="kernel", name=var.name + NARROW * narrow,
+                                  params=tuple(zip(var.param_names, (r[p] for p in var.params))),
+                                  numel=n, variant=v, narrow=narrow, index_bound=r[step.index_bound],
+                                  extent=None if step.extent is None else r[step.extent],
+                                  grid=grid, block=block, **common))
+        return LaunchTrace(self.kind, self.device, trace, tuple(out), None)
+
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         tensors = self._check_args(args)
         r = self._registers(tensors)
@@ -97,10 +193,9 @@ class Thunk:
                 out = bufs[step.out] = torch.empty(shape, dtype=b.dtype, device=dev)
                 n = r[step.numel]
                 if n:
-                    v = launcher.choose(n, r[step.extent]) if step.extent is not None else 0
-                    var = step.variants[v]
+                    v, var, narrow = self._choose(step, launcher, r)
                     launcher(v, n, out, [get(o) for o in var.operands], [r[p] for p in var.params],
-                             self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT)
+                             narrow)
             for j in frees:
                 bufs[j] = None
         self.calls += 1
@@ -156,5 +251,9 @@ class StaticThunk(Thunk):
     def _registers(self, tensors):
         if tuple(tuple(t.shape) for t in tensors) != self.shapes:
             self._run_host([t.shape for t in tensors])  # raises the precise mismatch
-            raise ShapeMismatch(f"static thunk compiled for {self.shapes}")
+            raise ShapeMismatch(self._shape_error([tuple(t.shape) for t in tensors]))
         return self._fixed
+
+    def _shape_error(self, shapes):
+        shapes = tuple(tuple(s) for s in shapes)
+        return None if shapes == self.shapes else f"static thunk compiled for {self.shapes}"

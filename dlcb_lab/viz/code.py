@@ -1,0 +1,314 @@
+"""Kernel renderings: highlighted CUDA C++ and numba source with line numbers, each index line
+annotated with the dimension expression it computes and each load with its coordinates and the
+reverse transforms behind them; the ptxas resource usage of the CUDA source (NVRTC, computed
+when rendered); the coordinate map as a table.
+
+Highlighting is pygments' lexers with our own token classes coloured through CSS variables
+(JupyterLab's editor colours first), so the fragment needs no external stylesheet and follows the
+theme. The CUDA listing is exactly ``Kernel.cuda_source`` (prelude folded, not omitted)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Mapping, Sequence
+
+from pygments import lex
+from pygments.lexers import CppLexer, PythonLexer
+from pygments.token import Comment, Keyword, Name, Number, String, _TokenType
+
+from ..api import Kernel
+from ..ir.dtypes import dtype_of
+from ..kgen.emit import CUDA_PRELUDE, cuda_kernel
+from ..kgen.kir import CoordMap, IdxDivMod, IdxProd, IdxSum, KernelBody, Load, Loop
+from .diagrams import dim_text
+from .render import Rendering, renders
+from .style import block, esc, table
+
+CODE_CSS = """
+.dlcb { --dl-c-kw: var(--jp-mirror-editor-keyword-color, #cf222e);
+  --dl-c-com: var(--jp-mirror-editor-comment-color, #6e7781);
+  --dl-c-lit: var(--jp-mirror-editor-number-color, #0550ae);
+  --dl-c-str: var(--jp-mirror-editor-string-color, #0a3069);
+  --dl-c-fn: var(--jp-mirror-editor-def-color, #8250df);
+  --dl-c-pre: var(--jp-mirror-editor-meta-color, #953800); }
+.dlcb table.dl-code { border-collapse: collapse; margin: 2px 0; }
+.dlcb table.dl-code td { border: none; padding: 0 6px; vertical-align: top; line-height: 1.35; }
+.dlcb table.dl-code td.dl-ln { color: var(--dl-muted); text-align: right; user-select: none; }
+.dlcb table.dl-code td.dl-src { white-space: pre; font-family: var(--jp-code-font-family,
+  ui-monospace, monospace); font-size: 12px; }
+.dlcb table.dl-code td.dl-note { color: var(--dl-muted); font-size: 11px; white-space: nowrap; }
+.dlcb table.dl-code tr.dl-ann td.dl-src { background: rgba(127,127,127,.08); }
+.dlcb .dl-c-kw { color: var(--dl-c-kw); } .dlcb .dl-c-com { color: var(--dl-c-com);
+  font-style: italic; } .dlcb .dl-c-lit { color: var(--dl-c-lit); }
+.dlcb .dl-c-str { color: var(--dl-c-str); } .dlcb .dl-c-fn { color: var(--dl-c-fn); }
+.dlcb .dl-c-pre { color: var(--dl-c-pre); }
+"""
+
+_CUDA_WORDS = re.compile(r"__\w+__|threadIdx|blockIdx|blockDim|gridDim")
+
+
+def _token_class(tt: _TokenType, text: str) -> str:
+    if tt in Name and _CUDA_WORDS.fullmatch(text):
+        return "dl-c-kw"
+    cls = _CLASSES.get(tt)
+    if cls is None:
+        cls = _CLASSES[tt] = _type_class(tt)
+    return cls
+
+
+_CLASSES: dict[_TokenType, str] = {}
+
+
+def _type_class(tt: _TokenType) -> str:
+    if tt in Comment.Preproc or tt in Comment.PreprocFile:
+        return "dl-c-pre"
+    if tt in Comment:
+        return "dl-c-com"
+    if tt in Keyword:
+        return "dl-c-kw"
+    if tt in String:
+        return "dl-c-str"
+    if tt in Number:
+        return "dl-c-lit"
+    if tt in Name.Function or tt in Name.Class or tt in Name.Decorator:
+        return "dl-c-fn"
+    return ""
+
+
+@functools.lru_cache(maxsize=16)
+def highlight_lines(source: str, language: str) -> tuple[str, ...]:
+    """``source`` highlighted, one HTML string per line of ``source.split("\\n")`` (a token that
+    spans lines is split, so each line's spans are closed). ``language``: "cuda" or "python"."""
+    lexer = (CppLexer if language == "cuda" else PythonLexer)(stripnl=False, ensurenl=False)
+    lines: list[str] = []
+    cur: list[str] = []
+    for tt, text in lex(source, lexer):
+        cls = _token_class(tt, text)
+        parts = text.split("\n")
+        for i, part in enumerate(parts):
+            if part:
+                cur.append(f'<span class="{cls}">{esc(part)}</span>' if cls else esc(part))
+            if i < len(parts) - 1:
+                lines.append("".join(cur))
+                cur = []
+    lines.append("".join(cur))
+    return tuple(lines)
+
+
+def _cuda_lines(source: str) -> tuple[str, ...]:
+    """``highlight_lines(source, "cuda")``; the prelude, shared by every kernel, is highlighted
+    once (it ends with a complete line, so the lexer restarts cleanly after it)."""
+    head = CUDA_PRELUDE + "\n"
+    if source.startswith(head):
+        return highlight_lines(head, "cuda")[:-1] + highlight_lines(source[len(head):], "cuda")
+    return highlight_lines(source, "cuda")
+
+
+# -- what each line computes -----------------------------------------------------------------------
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        if isinstance(s, Loop):
+            yield from _walk(s.body)
+
+
+def _step(op: str, transform: str) -> str:
+    """``sum (reduce loop)``; the transform alone when it names the op (``reshape (div/mod)``)."""
+    return transform if transform.startswith(op) else f"{op} ({transform})"
+
+
+def _via_text(path: Sequence[tuple[str, str]]) -> str:
+    return "via " + " → ".join(_step(op, t) for op, t in path) if path else "read as is"
+
+
+def line_notes(body: KernelBody) -> dict[str, str]:
+    """Per identifier the kernel declares: an HTML note. Index temporaries: the dimension
+    expression (``IdxSum``/``IdxProd``/``IdxDivMod.expr``); loads: the buffer's coordinates and
+    the reverse transforms that produced them (``CoordMap.via``); loop variables: the extent."""
+    cm = body.coord_map
+    notes: dict[str, str] = {}
+    for s in _walk(body.stmts):
+        if isinstance(s, (IdxSum, IdxProd, IdxDivMod)):
+            notes[s.name] = f"<code>{esc(dim_text(s.expr))}</code>"
+        elif isinstance(s, Load):
+            notes.setdefault(s.name, f"load <code>in{s.buf}</code>")
+    for k, temp in enumerate(cm.temps):
+        buf, coords = cm.loads[k]
+        via = cm.via[k] if k < len(cm.via) else ()
+        notes[temp] = (f"<code>{esc(buf)}[{esc(', '.join(map(repr, coords)))}]</code> "
+                       f'<span class="dl-named">{esc(_via_text(via))}</span>')
+    for name, ext in cm.loops:
+        notes[name[1:] if name.startswith("_") else name] = f"loop <code>{esc(name)} &lt; " \
+                                                           f"{esc(ext)}</code>"
+    return notes
+
+
+_DECL = {
+    "cuda": re.compile(r"^\s*(?:const\s+)?(?:[A-Za-z_][\w:<>]*\s+)+(\w+)\s*=(?!=)"),
+    "python": re.compile(r"^\s*(\w+)\s*=(?!=)"),
+}
+_LOOP = {
+    "cuda": re.compile(r"^\s*for \((?:[A-Za-z_][\w ]*\s)?(\w+) ="),
+    "python": re.compile(r"^\s*for (\w+) in "),
+}
+
+
+def _declared(line: str, language: str) -> str | None:
+    m = _LOOP[language].match(line) or _DECL[language].match(line)
+    return m.group(1) if m else None
+
+
+def _sections(k: Kernel) -> tuple[int, list[tuple[int, KernelBody]]]:
+    """(lines of prelude, [(first line, variant body)]) of ``k.cuda_source``; one section over
+    the whole source when its layout is not prelude + variants."""
+    parts = [cuda_kernel(v) for v in k.body.variants()]
+    head = CUDA_PRELUDE + "\n"
+    if k.cuda_source != head + "\n\n".join(parts):
+        return 0, [(0, k.body)]
+    start = head.count("\n")
+    out = []
+    for v, part in zip(k.body.variants(), parts):
+        out.append((start, v))
+        start += part.count("\n") + 2
+    return head.count("\n"), out
+
+
+def code_table(source: str, language: str, sections: Sequence[tuple[int, KernelBody]],
+               first: int = 0, last: int | None = None,
+               html: Sequence[str] | None = None) -> str:
+    """Lines ``[first, last)`` of ``source`` as a table: number, highlighted code (``dl-src``
+    cells, in order, hold exactly the source text), note. ``sections``: (first line, body) whose
+    ``line_notes`` annotate the lines from there on. ``html``: the highlighted lines, if at hand
+    (default ``highlight_lines``)."""
+    lines = source.split("\n")
+    html = highlight_lines(source, language) if html is None else html
+    last = len(lines) if last is None else last
+    bounds = sorted(sections, key=lambda s: s[0])
+    rows = []
+    notes: dict[str, str] = {}
+    j = 0
+    for i in range(first, last):
+        while j < len(bounds) and bounds[j][0] <= i:
+            notes = line_notes(bounds[j][1])
+            j += 1
+        name = _declared(lines[i], language) if i >= (bounds[0][0] if bounds else 0) else None
+        note = notes.get(name, "") if name else ""
+        cls = ' class="dl-ann"' if note else ""
+        rows.append(f'<tr{cls}><td class="dl-ln">{i + 1}</td><td class="dl-src">{html[i]}</td>'
+                    f'<td class="dl-note">{note}</td></tr>')
+    return (f'<table class="dl-code" data-lang="{esc(language)}"><tbody>{"".join(rows)}'
+            "</tbody></table>")
+
+
+def load_lines(source: str, body: KernelBody, start: int = 0) -> dict[str, str]:
+    """Per load temporary of ``body``: the source line (from line ``start``) that declares it."""
+    want = set(body.coord_map.temps)
+    out: dict[str, str] = {}
+    for line in source.split("\n")[start:]:
+        name = _declared(line, "cuda")
+        if name in want and name not in out:
+            out[name] = line.strip()
+    return out
+
+
+# -- resource usage --------------------------------------------------------------------------------
+def usage_html(source: str) -> str:
+    """ptxas's report for every entry point of ``source`` (``runtime.nvrtc.resource_usage``), or
+    why there is none (no NVRTC here, or a compile error)."""
+    try:
+        from ..runtime.nvrtc import device_arch, resource_usage
+
+        arch = device_arch()
+        usage = resource_usage(source, arch=arch)
+    except Exception as err:   # no NVRTC on this machine, or the source does not compile
+        return f'<div class="muted">resource usage unavailable: {esc(type(err).__name__)}: ' \
+               f"{esc(str(err).splitlines()[0] if str(err) else '')}</div>"
+    rows = [(f"<code>{esc(u.entry)}</code>", u.registers, u.stack_frame, u.spill_stores,
+             u.spill_loads, u.shared, u.constant, u.barriers) for u in usage.values()]
+    return (f'<div class="muted">ptxas ({esc(arch)}), per entry point; bytes unless noted</div>'
+            + table(["entry point", "registers", "stack", "spill stores", "spill loads",
+                     "shared (smem)", "constant (cmem)", "barriers"], rows, raw=True))
+
+
+# -- coordinate maps -------------------------------------------------------------------------------
+def coord_map_html(cm: CoordMap, lines: Mapping[str, str] | None = None) -> str:
+    """``cm`` as tables: output coordinates, loops, and per load its buffer coordinates and the
+    reverse transforms (output inward) that produced them; ``lines``: load temporary -> the CUDA
+    line that reads it, shown when given."""
+    oc = table(["output coordinate", "from the thread index"],
+               [(f"<code>{esc(n)}</code>", f"<code>{esc(e)}</code>") for n, e in cm.out_coords],
+               raw=True)
+    loops = table(["loop variable", "extent"],
+                  [(f"<code>{esc(n)}</code>", f"<code>{esc(e)}</code>") for n, e in cm.loops],
+                  raw=True) if cm.loops else ""
+    head = ["load", "buffer", "coordinates", "reverse transforms (output → load)"]
+    if lines:
+        head.append("CUDA")
+    rows = []
+    for k, (buf, coords) in enumerate(cm.loads):
+        via = cm.via[k] if k < len(cm.via) else ()
+        temp = cm.temps[k] if k < len(cm.temps) else ""
+        steps = " → ".join(esc(_step(op, t)) for op, t in via) or \
+            '<span class="muted">read as is</span>'
+        row = [f"<code>{esc(temp)}</code>", f"<code>%{esc(buf)}</code>",
+               f"<code>[{esc(', '.join(map(repr, coords)))}]</code>", steps]
+        if lines:
+            row.append(f"<code>{esc(lines.get(temp, ''))}</code>")
+        rows.append(row)
+    return (f"<div><b>Coordinate map</b> of <code>%{esc(cm.out)}</code>: "
+            f"{len(cm.out_coords)} output coordinates, {len(cm.loops)} loops, "
+            f"{len(cm.loads)} loads</div>" + oc + loops + table(head, rows, raw=True))
+
+
+@renders(CoordMap)
+def render_coord_map(cm: CoordMap) -> Rendering:
+    return Rendering(block(coord_map_html(cm)), title=f"CoordMap {cm.out}")
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+def _details(summary: str, html: str, open_: bool) -> str:
+    return f"<details{' open' if open_ else ''}><summary>{summary}</summary>{html}</details>"
+
+
+def _signature(k: Kernel) -> str:
+    b = k.body
+    rows = [("<code>out</code>", f"<code>%{esc(b.out.name)}</code>", esc(b.dtype))]
+    rows += [(f"<code>in{i}</code>", f"<code>%{esc(v.name)}</code>", esc(dtype_of(v.dtype)))
+             for i, v in enumerate(b.inputs)]
+    rows.append(("<code>numel</code>", f"<code>{esc(b.numel)}</code>", "threads"))
+    rows += [(f"<code>{esc(n)}</code>", f"<code>{esc(e)}</code>", "host-computed")
+             for n, e in b.params]
+    return table(["parameter", "holds", ""], rows, raw=True)
+
+
+def kernel_html(k: Kernel, usage: bool = True) -> str:
+    """The kernel: signature, coordinate map (with each load's CUDA line), CUDA source with ptxas
+    resource usage (``usage``: one NVRTC compile, some 0.5 s, unless cached), numba source. The
+    backend's language is open, the other folded."""
+    src = k.cuda_source
+    n_pre, sections = _sections(k)
+    loads = load_lines(src, k.body, sections[0][0])
+    hl = _cuda_lines(src)
+    cuda = ((usage_html(src) if usage else "")
+            + _details(f"prelude (lines 1–{n_pre})",
+                       code_table(src, "cuda", sections, 0, n_pre, hl), False)
+            + code_table(src, "cuda", sections, n_pre, html=hl))
+    py = k.numba_source
+    numba = code_table(py, "python", [(0, k.body)])
+    variants = len(k.body.variants())
+    head = (f"<div><b>Kernel</b> <code>{esc(k.name)}</code> [{esc(k.backend)}]"
+            + (f' <span class="muted">(+ cooperative variant <code>{esc(k.body.variant.name)}'
+               "</code>: one block per output element)</span>" if variants > 1 else "")
+            + "</div>")
+    parts = [head, _signature(k), coord_map_html(k.coord_map, loads),
+             _details("<b>CUDA C++</b> (compiles with NVRTC as shown)", cuda,
+                      k.backend == "cuda"),
+             _details("<b>numba</b>", numba, k.backend != "cuda")]
+    return f"<style>{CODE_CSS}</style>" + "".join(parts)
+
+
+@renders(Kernel)
+def render_kernel(k: Kernel) -> Rendering:
+    return Rendering(block(kernel_html(k)), title=f"Kernel {k.name}")
+

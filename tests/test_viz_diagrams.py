@@ -1,0 +1,528 @@
+"""Diagrams, expressions, kernel code and coordinate maps (``dlcb_lab.viz.diagrams``, ``.code``):
+rendered content checked against the compiled modules it shows. The constraint DAG has one node
+per interned expression; the graph one cluster per partition step, shape-labelled edges and, for
+resnet18, folded repeated blocks; the CUDA listing compiles with NVRTC exactly as shown; ptxas
+reports registers; coordinate maps name the reverse transforms behind each load."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from html import unescape
+from html.parser import HTMLParser
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+# the notebook layer's packages (absent on the GPU machine) and graphviz's ``dot``
+for _mod in ("graphviz", "pygments", "sympy"):
+    pytest.importorskip(_mod)
+if shutil.which("dot") is None:
+    pytest.skip("graphviz's dot is not installed", allow_module_level=True)
+
+import dlcb_lab as dl
+from dlcb_lab.api import Kernel
+from dlcb_lab.bridge.fx import lower_to_ir, trace
+from dlcb_lab.dims import (Constraint, Constraints, Expr, Lit, Provenance, Shape, Var, lit, shape,
+                           var)
+from dlcb_lab.hostgen.lower import KernelLaunch
+from dlcb_lab.kgen.emit import entry_points
+from dlcb_lab.kgen.infer import infer_kernels
+from dlcb_lab.kgen.kir import IdxDivMod, IdxProd, IdxSum, Loop
+from dlcb_lab.runtime.nvrtc import compile_cubin, parse_ptxas_log, resource_usage
+from dlcb_lab.viz.code import highlight_lines, kernel_html
+from dlcb_lab.viz.diagrams import (COLORS, constraint_dag, dag_nodes, dim_text, graph_svg, latex,
+                                   sympy_heads, to_sympy)
+from dlcb_lab.viz.render import bundle, render
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+class BroadcastReshapeSum(torch.nn.Module):
+    """Broadcast (``y`` is ``[1, 4, 1]``), reshape, permute, reduce: one kernel."""
+
+    def forward(self, x, y):
+        z = (x * y).reshape(x.shape[0], 4, 6, 1)
+        return z.permute(0, 2, 1, 3).sum(dim=2)
+
+
+class ConvPool(torch.nn.Module):
+    """A conv (library) and a pool of another input meet in an add: residual constraints
+    ``(H + 1) // 2 == H2 // 2`` share their ``// 2`` with the shapes around them."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def forward(self, x, y):
+        a = self.conv(x)
+        b = F.avg_pool2d(y, 2)
+        return torch.relu(a + b).reshape(x.shape[0], -1).sum(1)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return dl.compile(BroadcastReshapeSum(), (torch.randn(2, 4, 6), torch.randn(1, 4, 1)),
+                      dynamic={0: {0: "N"}}, backend="cpu")
+
+
+@pytest.fixture(scope="module")
+def conv():
+    torch.manual_seed(0)
+    return dl.compile(ConvPool().eval(), (torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)),
+                      dynamic={0: {0: "N", 2: "H", 3: "W"}, 1: {0: "N", 2: "H2", 3: "W2"}},
+                      backend="cpu")
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18().eval()
+    return dl.compile(m, (torch.randn(1, 3, 64, 64),), dynamic={0: {0: "N", 2: "H", 3: "W"}},
+                      backend="cpu")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+        "track", "wbr"}
+
+
+class Balance(HTMLParser):
+    """Checks that every element is closed in order; collects the text of ``dl-src`` cells (the
+    source lines shown) per language."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.src: dict[str, list[str]] = {}
+        self._in_src = 0
+        self._lang = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag in VOID:
+            return
+        self.stack.append(tag)
+        if tag == "table":
+            self._lang = dict(attrs).get("data-lang", "")
+        if tag == "td" and ("class", "dl-src") in attrs:
+            self._in_src = len(self.stack)
+            self.src.setdefault(self._lang, []).append("")
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>")
+            return
+        if self._in_src == len(self.stack):
+            self._in_src = 0
+        self.stack.pop()
+
+    def handle_data(self, data):
+        if self._in_src:
+            self.src[self._lang][-1] += data
+
+
+def check_html(html: str) -> Balance:
+    """Well formed (balanced tags) and self-contained (nothing fetched from elsewhere)."""
+    p = Balance()
+    p.feed(html)
+    p.close()
+    assert not p.errors, p.errors[:5]
+    assert not p.stack, f"unclosed: {p.stack[-5:]}"
+    for bad in ("http://", "https://", "<link", "src=", "url(", "@import", "<script"):
+        assert bad not in html, bad
+    return p
+
+
+def reachable(cs) -> set[Expr]:
+    """Distinct expression nodes under the constraints (independent of ``dag_nodes``)."""
+    out: set[Expr] = set()
+
+    def walk(e):
+        if e not in out:
+            out.add(e)
+            for c in e.children():
+                walk(c)
+
+    for c in cs:
+        walk(c.lhs)
+        walk(c.rhs)
+    return out
+
+
+def n_refs(cs) -> int:
+    """Expression references under the constraints, shared ones counted each time."""
+    def count(e):
+        return 1 + sum(count(c) for c in e.children())
+    return sum(count(c.lhs) + count(c.rhs) for c in cs)
+
+
+def svg_nodes(svg: str) -> list[str]:
+    return re.findall(r'<g id="([^"]+)" class="node">', svg)
+
+
+def texts(svg: str) -> list[str]:
+    return [unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+
+
+def titles(svg: str) -> list[str]:
+    return [unescape(t) for t in re.findall(r"<title>([^<]*)</title>", svg)]
+
+
+# -- constraint DAG -----------------------------------------------------------------------------
+
+def test_constraint_dag_one_node_per_interned_expression(conv):
+    p = conv.pipeline
+    cs = p.constraints
+    svg = constraint_dag(cs, resolved=p.graph.solver)
+    nodes = reachable(cs)
+    assert n_refs(cs) > len(nodes)                      # sharing exists, so the count means it
+    assert len(svg_nodes(svg)) == len(nodes) == len(dag_nodes(cs))
+    shown = set(texts(svg))
+    for name in ("N", "H", "W", "H2", "W2"):
+        assert name in shown
+    # each constraint: one dashed edge between its roots, hover text with provenance
+    tips = titles(svg)
+    for c in cs:
+        assert any(t.startswith(f"#{c.id}") and str(c.provenance) in t for t in tips)
+    res = [c for c in p.residuals if "//" in repr(c.lhs)]
+    assert res and any("broadcast operand 0 axis 2" in t for t in tips)
+    # named dims coloured "named" by the solver's classification; residual dims "residual"
+    h = re.search(r'<g id="x\d+" class="node">\s*<title>H\n[^<]*</title>\s*<polygon fill="([^"]+)"',
+                  svg)
+    assert h and h.group(1) == "#1a7f37", "H is named"
+
+
+def test_constraint_dag_shared_subexpression_and_highlight():
+    H, W = var("Hd"), var("Wd")
+    half = (H + 1) // 2
+    cs = Constraints([
+        Constraint(1, half * 2, W + 1, Provenance("conv2d", "c1", "axis 2", "m.py:3")),
+        Constraint(2, half + W, var("Pd") * 3, Provenance("add", "a", "axis 3", "m.py:4"), 1),
+        Constraint(3, shape([var("Nd"), half]), shape([var("Md"), W + 1]),   # shape == shape
+                   Provenance("add", "b", "broadcast", "m.py:5"))])
+    svg = constraint_dag(cs, highlight=half)
+    assert len(svg_nodes(svg)) == len(reachable(cs))
+    assert texts(svg).count("//") == 1                # (Hd + 1) // 2 is one node, drawn once
+    assert svg.count('stroke-width="3"') == 1         # the highlighted node
+    tips = titles(svg)
+    assert "(Hd + 1) // 2" in tips               # an inner node: no constraint has it as a side
+    assert any("lhs of #1: conv2d 'c1' (axis 2) at m.py:3" in t for t in tips)
+
+
+def node_fills(svg: str) -> dict[str, str]:
+    """Each DAG node's expression (the first line of its hover text) -> its shape's fill."""
+    return {unescape(t): f for t, f in re.findall(
+        r'<g id="x\d+" class="node">\s*<title>([^<\n]*)[^<]*</title>\s*<(?:ellipse|polygon) '
+        r'fill="([^"]+)"', svg)}
+
+
+def test_constraint_dag_without_solution_classifies_interior_nodes():
+    """No solution given: leaves by type, and every other node with free variables (sums,
+    products, ``//``, ``%``) residual as built; shape lists stay unfilled."""
+    H, N, r = var("Hn"), var("Nn"), var("_rn", 0)
+    cs = [Constraint(1, (H + 1) // 2 * 3, (N % 4) * r + 1, Provenance("conv2d", "c", "axis 2")),
+          Constraint(2, shape([N, H // 2]), shape([r, 5]), Provenance("add", "a", "broadcast"))]
+    fills = node_fills(constraint_dag(cs))
+    assert len(fills) == len(dag_nodes(cs))
+    for e in dag_nodes(cs):
+        want = ("none" if isinstance(e, Shape) else COLORS["literal"] if isinstance(e, Lit)
+                else COLORS["named"] if isinstance(e, Var) and e.rank else COLORS["residual"])
+        assert fills[repr(e)] == want, e
+    assert fills["(Hn + 1) // 2"] == fills["Nn % 4"] == COLORS["residual"]
+    # with a solution the solver's classification decides: H // 2 resolving to a literal
+    fills = node_fills(constraint_dag(cs, resolved={H // 2: lit(3)}))
+    assert fills["Hn // 2"] == COLORS["literal"] and fills["Hn + 1"] == COLORS["residual"]
+    h = render(Constraints(cs)).html
+    check_html(h)
+    assert "without a solution, as built" in unescape(re.sub(r"<[^>]+>", "", h))
+    assert '<span class="dl-residual">residual</span>' in h
+
+
+def test_constraints_rendering(conv):
+    cs = conv.pipeline.constraints
+    b = cs._repr_mimebundle_()
+    assert b["text/plain"] == repr(cs) and "image/svg+xml" in b
+    check_html(b["text/html"])
+    assert b["text/html"].count("<tr>") == len(cs) + 1
+    (c, *_) = conv.pipeline.residuals             # (H + 1) // 2 == H2 // 2
+    r = render(c)
+    assert r.latex == f"${latex(c.lhs)} = {latex(c.rhs)}$" and r.latex.count("\\lfloor") == 2
+    assert len(svg_nodes(r.svg)) == len(reachable([c]))
+    check_html(r.html)
+
+
+# -- graph ----------------------------------------------------------------------------------------
+
+def test_graph_clusters_per_step_and_shape_labels(conv):
+    g = conv.pipeline.graph
+    steps = conv.pipeline.partition.steps
+    svg = graph_svg(g)
+    assert svg.count('class="cluster"') == len(steps)
+    labels = texts(svg)
+    for k in conv.pipeline.kernels:                    # generated clusters carry the kernel name
+        assert k.name in labels
+    n_lib = sum(1 for s in steps if s.kind == "library")
+    assert labels.count("library: conv2d") == n_lib == 1
+    # edges: values with their solved symbolic shapes, dynamic dims by name
+    assert "[N, 4, (H+1)//2, (W+1)//2]" in labels
+    assert "[N, 4, H2//2, W2//2]" in labels
+    assert "[N, 3, H, W]" in labels
+    # ops, user inputs, constants and outputs are all drawn: no fold in a small graph
+    ids = svg_nodes(svg)
+    assert sum(1 for i in ids if re.fullmatch(r"n\d+", i)) == len(g.nodes)
+    assert sum(1 for i in ids if re.fullmatch(r"v\d+", i)) == len(g.inputs)
+    assert sum(1 for i in ids if i.startswith("out")) == len(g.outputs)
+    assert "hidden" not in svg
+
+
+def test_graph_before_partition_has_no_clusters():
+    g = lower_to_ir(trace(ConvPool().eval()), (torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)),
+                    {0: {0: "N", 2: "H", 3: "W"}, 1: {0: "N", 2: "H2", 3: "W2"}})
+    svg = graph_svg(g)
+    assert g.partition is None and 'class="cluster"' not in svg
+    assert "[N, 3, H, W]" in texts(svg)
+
+
+def test_large_graph_folds_repeated_blocks(resnet):
+    g = resnet.pipeline.graph
+    svg = graph_svg(g)
+    hidden = [int(n) for n in re.findall(r"… (\d+) ops hidden", svg)]
+    assert hidden, "no fold marker"
+    ids = svg_nodes(svg)
+    drawn_ops = sum(1 for i in ids if re.fullmatch(r"n\d+", i))
+    assert drawn_ops + sum(hidden) == len(g.nodes)      # the marker counts what is missing
+    assert len(ids) < 0.7 * len(g.nodes)
+    assert svg.count('class="cluster"') < len(resnet.pipeline.partition.steps)
+    # unfolded, every step is a cluster
+    assert graph_svg(g, fold=False).count('class="cluster"') == \
+        len(resnet.pipeline.partition.steps)
+    r = render(g)
+    check_html(r.html)
+    assert r.svg == svg and "ops hidden" in r.html
+
+
+def test_graph_header_counts_are_pluralized(small, conv):
+    class One(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    def head(g):
+        h = render(g).html
+        return unescape(re.sub(r"<[^>]+>", "", re.search(r"<div><b>Graph</b>.*?</div>", h)[0]))
+
+    g = lower_to_ir(trace(One()), (torch.randn(2, 3),), {0: {0: "N"}})
+    assert head(g) == "Graph: 1 op, 1 input, 0 constants, 1 output"
+    assert head(small.pipeline.graph).endswith("; 1 generated kernel, 0 library calls")
+    assert "1 library call" in head(conv.pipeline.graph)
+
+
+# -- launch plan ----------------------------------------------------------------------------------
+
+def test_launch_plan_repr(resnet):
+    """A header with the counts, then one line per step (kernel entry point or library op,
+    output buffer, buffers freed); 40 steps at most."""
+    plan = resnet.pipeline.launch_plan
+    r = repr(plan)
+    assert plan._repr_mimebundle_()["text/plain"] == r and len(r) < 4000
+    buf = [f"%{b.value}" for b in plan.buffers]
+    n_k = len(plan.kernels)
+    head, *lines = r.split("\n")
+    assert head == (f"LaunchPlan: {len(plan.steps)} steps ({n_k} kernel launches, "
+                    f"{len(plan.steps) - n_k} library calls), {len(plan.buffers)} buffers; "
+                    f"outputs {buf[plan.outputs[0].index]}")
+    assert len(lines) == len(plan.steps) <= 40
+    for i, (line, st, fr) in enumerate(zip(lines, plan.steps, plan.frees)):
+        what = (f"kernel {st.variants[0].name}" if isinstance(st, KernelLaunch)
+                else f"library {st.op.name}")
+        free = f"; frees {', '.join(buf[b] for b in fr)}" if fr else ""
+        assert line == f"  {i:>3} {what} -> {buf[st.out]}{free}"
+    assert {ln.split()[2] for ln in lines if " kernel " in ln} == \
+        {k.name for k in resnet.pipeline.kernels}
+    long = dataclasses.replace(plan, steps=plan.steps * 2, frees=plan.frees * 2)
+    lines = repr(long).split("\n")
+    n, orig = len(plan.steps), r.split("\n")[1:]
+    assert len(lines) == 42 and lines[1:41] == [f"  {i:>3}{orig[i % n][5:]}" for i in range(40)]
+    assert lines[-1] == f"  … {2 * len(plan.steps) - 40} more steps"
+
+
+# -- expressions ----------------------------------------------------------------------------------
+
+def test_expr_latex_and_bundle():
+    H, N = var("H"), var("N")
+    e = (H + 2) // 2
+    tex = latex(e)
+    assert "\\lfloor" in tex and "\\rfloor" in tex
+    assert "\\bmod" in latex(H % 3 + N)
+    b = e._repr_mimebundle_()
+    assert b["text/plain"] == repr(e)
+    assert b["text/latex"] == f"${tex}$"
+    check_html(b["text/html"])
+    assert dim_text(((H + 1) // 2 + 1) // 2) == "((H+1)//2+1)//2"
+
+
+def test_dim_text_is_python():
+    H, N = var("H"), var("N")
+    exprs = [18 * (H // 6), H // (N * 2), -(H // 3) + N, (H % 5) * (N // 2) * H, H - 7,
+             (N * H + 3) // (H + 1) % 4, 2 * ((H + 1) // 2) - 3 * N, 2 * (H // 2) * (N // 3),
+             -(H // 2) * (N % 3) + H // (N * (H // 4 + 1))]
+    for e in exprs:
+        s = dim_text(e)
+        assert " " not in s
+        for h, n in ((5, 3), (17, 2), (64, 9)):
+            assert eval(s, {}, {"H": h, "N": n}) == e.evaluate({"H": h, "N": n}), (s, e)
+
+
+def test_sympy_form_matches_concrete_evaluation():
+    import sympy
+
+    H, W = var("H"), var("W")
+    exprs = [(H + 2) // 2, ((H + 1) // 2 + 1) // 2 * W, (H * W + 3) % 4 + 2 * H, (W - 1) // 3]
+    fdiv, fmod = sympy_heads()
+    for e in exprs:
+        s = to_sympy(e).replace(fdiv, lambda a, b: sympy.floor(a / b)).replace(fmod, sympy.Mod)
+        for h, w in ((5, 7), (8, 1), (13, 22)):
+            env = {"H": h, "W": w}
+            got = s.subs({sympy.Symbol(k, integer=True, nonnegative=True): v
+                          for k, v in env.items()})
+            assert int(got) == e.evaluate(env), (e, env)
+
+
+# -- kernels and code -----------------------------------------------------------------------------
+
+def _cuda_kernels(cm):
+    """The kernels the cuda backend would build for ``cm``'s graph (cooperative variants too)."""
+    return [Kernel(b, "cuda") for b in infer_kernels(cm.pipeline.graph, cooperative=True)]
+
+
+def test_cuda_as_shown_compiles(conv):
+    for k in _cuda_kernels(conv):
+        html = kernel_html(k)
+        p = check_html(html)
+        shown = "\n".join(p.src["cuda"])
+        assert shown == k.cuda_source and "\n".join(p.src["python"]) == k.numba_source
+        cubin = compile_cubin(shown, arch="sm_90")
+        assert cubin[:4] == b"\x7fELF"
+        assert all(e.encode() in cubin for e in entry_points([k.body]))
+
+
+def test_resource_usage(conv, tmp_path, monkeypatch):
+    monkeypatch.setenv("DLCB_CACHE_DIR", str(tmp_path))   # NVRTC runs: nothing cached yet
+    resource_usage.cache_clear()
+    ks = _cuda_kernels(conv)
+    k = next(k for k in ks if k.body.variant is not None)   # a reduction with a block variant
+    usage = resource_usage(k.cuda_source)
+    assert len(list((tmp_path / "ptxas").glob("*.log"))) == 1
+    resource_usage.cache_clear()
+    assert resource_usage(k.cuda_source) == usage          # read back from the disk cache
+    assert set(usage) == set(entry_points([k.body]))
+    assert all(u.registers > 0 for u in usage.values())
+    blk = usage[k.body.variant.name]
+    assert blk.shared > 0                                  # the block reduction's shared memory
+    html = kernel_html(k)
+    for e, u in usage.items():
+        assert re.search(rf"<code>{e}</code></td><td>{u.registers}</td>", html)
+    log = ("ptxas info    : Compiling entry function 'kx' for 'sm_90'\n"
+           "ptxas info    : Function properties for kx\n"
+           "ptxas         .     24 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 40 registers, used 1 barriers, 128 bytes smem, "
+           "380 bytes cmem[0], 8 bytes cmem[2]\n")
+    (u,) = parse_ptxas_log(log).values()
+    assert (u.entry, u.registers, u.stack_frame, u.spill_stores, u.spill_loads, u.shared,
+            u.constant, u.barriers) == ("kx", 40, 24, 8, 4, 128, 388, 1)
+
+
+def test_index_lines_annotated(conv):
+    for k in conv.pipeline.kernels:
+        html = kernel_html(k)
+        rows = re.findall(r'<tr class="dl-ann"><td class="dl-ln">\d+</td>'
+                          r'<td class="dl-src">(.*?)</td><td class="dl-note">(.*?)</td></tr>',
+                          html)
+        notes = {unescape(re.sub(r"<[^>]+>", "", src)).strip(): unescape(re.sub(r"<[^>]+>", "",
+                                                                                 note))
+                 for src, note in rows}
+
+        def walk(stmts):
+            for s in stmts:
+                yield s
+                if isinstance(s, Loop):
+                    yield from walk(s.body)
+
+        idx = [s for s in walk(k.body.stmts) if isinstance(s, (IdxSum, IdxProd, IdxDivMod))]
+        assert idx
+        for s in idx:   # numba and CUDA declare each temporary once; both lines annotated
+            hits = [n for line, n in notes.items() if re.match(rf"(const I )?{s.name} = ", line)]
+            assert len(hits) == 2 and all(dim_text(s.expr) in n for n in hits), s
+
+
+def test_highlight_keeps_text():
+    src = '/* a\n b */ template <typename I> __global__ void k(I n) { // x\n  return; }\n'
+    lines = highlight_lines(src, "cuda")
+    assert [unescape(re.sub(r"<[^>]+>", "", x)) for x in lines] == src.split("\n")
+    assert any('class="dl-c-com"' in x for x in lines[:2])
+    assert 'class="dl-c-kw"' in lines[1]
+
+
+# -- coordinate maps ------------------------------------------------------------------------------
+
+def test_coord_map_names_reverse_transforms(small):
+    (k,) = small.pipeline.kernels
+    cm = k.coord_map
+    via = {buf: dict(path) for (buf, _), path in zip(cm.loads, cm.via)}
+    assert via["y"] == {"sum": "reduce loop", "permute": "permute",
+                        "reshape": "reshape (div/mod)", "mul": "broadcast→0"}
+    assert via["x"]["mul"] == "identity"
+    assert len(cm.temps) == len(cm.loads)
+    b = cm._repr_mimebundle_()
+    html = b["text/html"]
+    check_html(html)
+    for t in ("broadcast→0", "reshape (div/mod)", "reduce loop", "permute", "identity"):
+        assert t in unescape(html)
+    # in the kernel rendering each load row shows the CUDA line that reads it
+    kh = unescape(kernel_html(k))
+    for temp in cm.temps:
+        assert re.search(rf"const float {temp} = in\d\[", kh)
+
+
+def test_coord_map_window(conv):
+    pool = next(k for k in conv.pipeline.kernels
+                if any(op == "avg_pool2d" for p in k.coord_map.via for op, _ in p))
+    assert ("avg_pool2d", "window") in pool.coord_map.via[0]
+    total = next(k for k in conv.pipeline.kernels if k.coord_map.out == "sum_1")
+    kinds = {t for p in total.coord_map.via for _, t in p}
+    assert {"reduce loop", "reshape (div/mod)", "identity"} <= kinds
+
+
+def test_renderings_self_contained(conv, tmp_path):
+    p = conv.pipeline
+    for obj in (p.graph, p.constraints, p.kernels[0], p.kernels[0].coord_map, var("H") + 1):
+        b = bundle(obj)
+        check_html(b["text/html"])
+        out = obj.to_html(tmp_path / "x.html")
+        check_html(out.read_text())
+
+
+class GatherPadCat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, idx, x):
+        return torch.cat([self.emb(idx), F.pad(x, (1, 1))], 1)
+
+
+def test_coord_map_gather_and_guards():
+    torch.manual_seed(0)
+    cm = dl.compile(GatherPadCat(), (torch.randint(0, 10, (3,)), torch.randn(3, 2)),
+                    dynamic={0: {0: "N"}, 1: {0: "N"}}, backend="cpu")
+    (k,) = cm.pipeline.kernels
+    via = {buf: path for (buf, _), path in zip(k.coord_map.loads, k.coord_map.via)}
+    assert via["idx"] == (("cat", "cat (guarded)"), ("embedding", "index tensor"))
+    assert via["emb.weight"] == (("cat", "cat (guarded)"), ("embedding", "gather"))
+    assert via["x"] == (("cat", "cat (guarded)"), ("pad", "pad (guarded)"))

@@ -1,0 +1,419 @@
+"""The notebook layer's tables and pipeline report, and the host-program trace they show.
+
+The trace is checked differentially against the real thunk: register values against the compiled
+host program, output shapes and launches (variant, element count, int params, index width) against
+an actual call, and on refused shapes the recorded message against the ``ShapeMismatch`` the call
+raises. Renderings are parsed: well-formed, self-contained, and showing the stage's content. The
+standalone report is screenshotted with headless Chromium when it is installed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dlcb_lab as dl
+from dlcb_lab.hostgen.lower import Src
+from dlcb_lab.viz.render import render
+from dlcb_lab.viz.report import Report
+
+from models import Worked
+
+
+class ConvNet(nn.Module):
+    """A library call (conv) with a fused epilogue, a reduction, a flatten of residual size
+    ``4*H*W``, module constants, and a second input tied to the batch dim."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x, y):   # x [N, 3, H, W], y [N, 4]
+        h = torch.relu(self.conv(x))
+        return h.mean((2, 3)) + y, h.flatten(1)
+
+
+DYNAMIC = {0: {0: "N", 2: "H", 3: "W"}, 1: {0: "N"}}
+
+
+def _inputs(n, h, w, ny=None):
+    g = torch.Generator().manual_seed(n * 100 + h)
+    return torch.randn(n, 3, h, w, generator=g), torch.randn(n if ny is None else ny, 4, generator=g)
+
+
+@pytest.fixture(scope="module")
+def cm():
+    torch.manual_seed(0)
+    return dl.compile(ConvNet().eval(), _inputs(2, 8, 8), dynamic=DYNAMIC, backend="cpu")
+
+
+def _shapes(cm, *tensors):
+    return cm._shapes(tensors)
+
+
+# -- HTML checks ---------------------------------------------------------------------------------
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+        "track", "wbr"}
+
+
+class Parsed(HTMLParser):
+    """Tag balance (every non-void element closed in order), attributes and visible text."""
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.tags: list[tuple[str, dict]] = []
+        self.headings: list[tuple[str, str]] = []
+        self.chunks: list[str] = []
+        self._heading: list[str] | None = None
+        self.feed(html)
+        self.close()
+        if self.stack:
+            self.errors.append(f"unclosed: {self.stack}")
+        self.text = "".join(self.chunks)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in VOID:
+            self.stack.append(tag)
+        if tag in ("h2", "h3", "h4"):
+            self._heading = ["stage" if dict(attrs).get("class") == "dl-stage" else tag]
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+        if self._heading is not None and tag in ("h2", "h3", "h4"):
+            self.headings.append((self._heading[0], "".join(self._heading[1:]).strip()))
+            self._heading = None
+
+    def handle_data(self, data):
+        if self.stack and self.stack[-1] in ("style", "script"):
+            return
+        self.chunks.append(data)
+        if self._heading is not None:
+            self._heading.append(data)
+
+
+def check_html(html: str) -> Parsed:
+    """Well formed and self-contained (no external script, stylesheet, image or font)."""
+    p = Parsed(html)
+    assert not p.errors, p.errors[:5]
+    for tag, attrs in p.tags:
+        assert tag != "link", "external stylesheet"
+        assert not (tag == "script" and "src" in attrs), "external script"
+        for k in ("src", "href", "xlink:href", "data"):
+            v = (attrs.get(k) or "").strip().lower()
+            assert not v.startswith(("http:", "https:", "//")), f"<{tag} {k}={v}>"
+    assert "@import" not in html and not re.search(r"url\(\s*['\"]?(https?:)?//", html)
+    return p
+
+
+def text_of(obj) -> Parsed:
+    r = render(obj)
+    assert r.html.startswith('<div class="dlcb"><style>')   # carries its own stylesheet
+    return check_html(r.html)
+
+
+# -- the core stays free of the notebook layer ---------------------------------------------------
+def test_core_never_imports_viz():
+    code = textwrap.dedent("""
+        import sys, torch
+        import dlcb_lab as dl
+        from models import Worked
+        cm = dl.compile(Worked(), (torch.randn(3, 4, 6), torch.randn(1, 4, 1)),
+                        dynamic={0: {0: "N"}}, backend="cpu")
+        cm(torch.randn(5, 4, 6), torch.randn(1, 4, 1))
+        repr(cm.pipeline); repr(cm.trace((5, 4, 6), (1, 4, 1)))
+        cm.pipeline.host_program.trace([(5, 4, 7), (1, 4, 1)])
+        bad = ("dlcb_lab.viz", "graphviz", "ipywidgets", "matplotlib", "pygments")
+        print(sorted(m for m in sys.modules if m.split(".")[0] in bad or m.startswith(bad[0])))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
+                                                        str(Path(__file__).parents[1])]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- the host-program trace against the real thunk -----------------------------------------------
+class Recorder:
+    """Stands in for a launcher: records (variant, numel, params, narrow) of each launch."""
+
+    def __init__(self, f, log):
+        self.f, self.log = f, log
+
+    def choose(self, *a):
+        return self.f.choose(*a)
+
+    def geometry(self, *a):
+        return self.f.geometry(*a)
+
+    def __call__(self, variant, numel, out, ins, params, narrow=False):
+        self.log.append((variant, numel, tuple(params), narrow))
+        return self.f(variant, numel, out, ins, params, narrow)
+
+
+@pytest.mark.parametrize("n,h,w", [(2, 8, 8), (1, 5, 7), (4, 1, 3), (0, 6, 6)])
+def test_trace_equals_the_call(cm, monkeypatch, n, h, w):
+    x, y = _inputs(n, h, w)
+    host, plan = cm.pipeline.host_program, cm.pipeline.launch_plan
+    shapes = _shapes(cm, x, y)
+    t = host.trace(shapes)
+    assert t.ok and t.error is None and len(t.steps) == len(host.instrs)
+    assert all(s.failure is None for s in t.steps)
+    regs = host.compile()(shapes)
+    for ins in host.instrs:
+        if not ins.is_check:
+            assert t.registers[ins.dst] == regs[ins.dst], ins
+    assert {k: regs[r] for k, r in host.slots.items()} == t.slots
+    for s in t.steps:   # operand values are the registers' values when read
+        assert all(regs[k] == v for k, v in s.reads)
+
+    thunk = cm.pipeline.thunks[0]
+    log: list = []
+    monkeypatch.setattr(thunk, "launchers", [Recorder(f, log) for f in thunk.launchers])
+    outs = cm(x, y)
+    for o, got in zip(plan.outputs, outs):
+        assert o.src is Src.BUFFER
+        assert [t.registers[k] for k in plan.buffers[o.index].shape_regs] == list(got.shape)
+    assert t.slots["flatten.shape[1]"] == 4 * h * w and t.slots["conv.shape[0]"] == n
+
+    lt = cm.trace(x, y)
+    assert lt.ok and lt.host.registers == t.registers
+    kernels = [s for s in lt.steps if s.kind == "kernel" and s.numel]
+    assert [(s.variant, s.numel, tuple(v for _, v in s.params), s.narrow) for s in kernels] == log
+    by_out = {s.out: s for s in lt.steps}
+    assert [list(by_out[plan.buffers[o.index].value].shape) for o in plan.outputs] == \
+        [list(g.shape) for g in outs]
+    lib = [s for s in lt.steps if s.kind == "library"]
+    assert [s.name for s in lib] == ["conv2d"] and dict(lib[0].params)["padding"] == (1, 1)
+    flat = by_out["flatten"]
+    assert flat.numel == n * 4 * h * w and dict(flat.params) == {"d_H": h, "d_W": w}
+
+
+BAD = {
+    "rank": ((2, 3, 8), (2, 4)),
+    "static axis": ((2, 5, 8, 8), (2, 4)),
+    "tied batch": ((2, 3, 8, 8), (3, 4)),
+    "conv window": ((2, 3, 0, 8), (2, 4)),
+}
+
+
+@pytest.mark.parametrize("which", list(BAD))
+def test_trace_records_the_thunks_error(cm, which):
+    xs, ys = BAD[which]
+    x, y = torch.randn(*xs), torch.randn(*ys)
+    with pytest.raises(dl.ShapeMismatch) as err:
+        cm(x, y)
+    t = cm.pipeline.host_program.trace(_shapes(cm, x, y))
+    assert not t.ok and t.error == str(err.value)
+    last = t.steps[-1]
+    assert last.instr.is_check and last.failure == t.error
+    assert all(s.failure is None for s in t.steps[:-1])
+    assert len(t.steps) < len(cm.pipeline.host_program.instrs)
+    lt = cm.trace(x, y)
+    assert lt.error == t.error and lt.steps == ()
+    text = text_of(lt).text
+    assert t.error in text and "ShapeMismatch" in text
+
+
+def test_trace_messages_name_the_dim():
+    cmw = dl.compile(Worked(), (torch.randn(3, 4, 6), torch.randn(1, 4, 1)),
+                     dynamic={0: {0: "N"}}, backend="cpu")
+    t = cmw.pipeline.host_program.trace([(3, 4, 6), (1, 5, 1)])
+    assert t.error == "input 1 'y' axis 1: size 5 != 4 (static axis: not declared dynamic)"
+    short = cmw.pipeline.host_program.trace([(3, 4, 6)])   # arity: recorded, not raised
+    assert short.error == "expected 2 inputs, got 1" and short.steps == ()
+    assert "FAILED" in repr(short)
+
+
+# -- renderings ----------------------------------------------------------------------------------
+def test_dim_table(cm):
+    p = text_of(cm.pipeline.dims)
+    html = render(cm.pipeline.dims).html
+    counts = cm.pipeline.dims.counts()
+    for kind, n in counts.items():
+        assert f"{kind} {n}" in p.text
+    for name in ("N", "H", "W"):
+        assert f'<code class="dl-named" title="named">{name}</code>' in html
+    assert '<code class="dl-residual" title="residual">4*H*W</code>' in html
+    assert '<code class="dl-literal" title="literal">3</code>' in html
+    assert "var(--dl-residual)" in html   # kinds coloured through the CSS variables
+    for v in {r.value for r in cm.pipeline.dims.rows}:
+        assert f"%{v}" in p.text
+
+
+def test_host_program_listing(cm):
+    host = cm.pipeline.host_program
+    p = text_of(host)
+    assert host.args[:2] == ("x", "y")
+    assert "r0 = %x.shape[0]" in p.text and "fail if rank(%x) != 4" in p.text
+    for ins in host.instrs:
+        if ins.is_check:   # each check's message (template) is listed
+            assert host.messages[ins.dst].replace("{{", "{").replace("}}", "}") in p.text
+    for slot in host.slots:
+        assert slot in p.text
+    assert "4*H*W" in p.text   # registers named by the expression they hold
+    rows = [tag for tag, _ in p.tags if tag == "tr"]
+    assert len(rows) == 1 + len(host.instrs) + 1 + len(host.slots)
+
+
+def test_host_trace_rendering(cm):
+    t = cm.pipeline.host_program.trace(_shapes(cm, *_inputs(3, 5, 7)))
+    p = text_of(t)
+    n_checks = sum(1 for i in cm.pipeline.host_program.instrs if i.is_check)
+    assert f"all {n_checks} checks pass" in p.text and "%x: [3, 3, 5, 7]" in p.text
+    row = re.search(r"<code>flatten\.shape\[1\]</code></td><td>(.*?)</td><td>(.*?)</td>",
+                    render(t).html)
+    k = cm.pipeline.host_program.slots["flatten.shape[1]"]
+    assert row and f"<code>r{k}</code>" in row[1] and row[2] == f"<code>{4 * 5 * 7}</code>"
+    bad = cm.pipeline.host_program.trace(_shapes(cm, torch.randn(2, 3, 8, 8), torch.randn(3, 4)))
+    pb = text_of(bad)
+    assert "input 1 'y' axis 0: size 3 != N = 2" in pb.text and "FAIL" in pb.text
+    assert "not evaluated after the failure" in pb.text
+
+
+def test_launch_plan_partition_passes(cm):
+    pl = cm.pipeline
+    p = text_of(pl.launch_plan)
+    for k in pl.kernels:
+        assert k.name in p.text
+    assert "conv2d" in p.text and "padding=(1, 1)" in p.text
+    for b in pl.launch_plan.buffers:
+        assert f"%{b.value}" in p.text
+    freed = {pl.launch_plan.buffers[j].value for f in pl.launch_plan.frees for j in f}
+    assert freed and all(f"%{v}" in p.text for v in freed)
+
+    pp = text_of(pl.partition)
+    c = pl.partition.counts()
+    assert f"library {c['library']}" in pp.text and f"generated {c['generated']}" in pp.text
+    for s in pl.partition.steps:
+        assert " ".join(s.ops) in pp.text
+
+    for r in pl.passes:
+        pr = text_of(r)
+        assert r.name in pr.text and all(ch in pr.text for ch in r.changes)
+
+    th = text_of(pl.thunks[0])
+    assert "DynamicAOTThunk" in th.text and "conv.weight" in th.text
+
+
+def test_pipeline_and_module(cm):
+    pp = text_of(cm.pipeline)
+    for stage in cm.pipeline.timings:
+        assert stage in pp.text
+    assert f"{len(cm.pipeline.host_program.instrs)} instructions" in pp.text
+    pm = text_of(cm)
+    assert "%x: [N, 3, H, W] float32" in pm.text and "%flatten: [N, 4*H*W] float32" in pm.text
+    assert "CompiledModule" in pm.text
+    bundle = cm._repr_mimebundle_()
+    assert bundle["text/plain"] == repr(cm) and bundle["text/html"] == render(cm).html
+
+
+# -- the report ----------------------------------------------------------------------------------
+def test_report_standalone(cm, tmp_path):
+    rep = cm.report(*_inputs(2, 8, 8))
+    assert isinstance(rep, Report)
+    html = render(rep).html
+    p = check_html(html)
+    h3 = [t for tag, t in p.headings if tag == "stage"]
+    assert h3 == list(Report.TABS)   # one tab per stage, the call trace included
+    radios = [a for tag, a in p.tags if tag == "input" and a.get("type") == "radio"]
+    assert len(radios) == len(h3) and sum("checked" in a for a in radios) == 1
+    assert len({a["name"] for a in radios}) == 1
+    assert "<script" not in html
+    for k in cm.pipeline.kernels:
+        assert k.name in p.text
+    assert "input 1 'y' axis 0: size {got} != N = {want}" in p.text   # host program tab
+    path = rep.to_html(tmp_path / "report.html")
+    page = path.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "<title>dlcb_lab pipeline report</title>" in page
+    check_html(page)
+
+
+def test_explore():
+    x, y = torch.randn(3, 4, 6), torch.randn(1, 4, 1)
+    rep = dl.explore(Worked(), (x, y), dynamic={0: {0: "N"}}, backend="cpu")
+    assert rep.trace.ok and rep.trace.host.shapes == ((3, 4, 6), (1, 4, 1))
+    p = check_html(render(rep).html)
+    assert "Call trace" in [t for _, t in p.headings]
+    assert "dlcb_k0_reshape" in p.text and "72 elements" in p.text
+    no_inputs = rep.module.report()
+    assert "Call trace" not in [t for _, t in check_html(render(no_inputs).html).headings]
+
+
+# -- headless Chromium ---------------------------------------------------------------------------
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _run_chromium(*args: str) -> subprocess.CompletedProcess:
+    exe = _chromium()
+    flags = ["--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+             "--disable-dev-shm-usage"]
+    if os.geteuid() == 0:
+        flags.append("--no-sandbox")
+    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+def _png_spread(path: Path) -> tuple[tuple[int, int], float]:
+    """(size, spread): the pixel standard deviation (PIL), or without PIL the number of distinct
+    byte values in the decompressed, filtered scanlines (a blank page filters to a handful)."""
+    try:
+        from PIL import Image, ImageStat
+    except ImportError:
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        pos, idat, size = 8, b"", (0, 0)
+        while pos < len(data):
+            n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+            body = data[pos + 8:pos + 8 + n]
+            if kind == b"IHDR":
+                size = struct.unpack(">II", body[:8])
+            elif kind == b"IDAT":
+                idat += body
+            pos += 12 + n
+        return size, float(len(set(zlib.decompress(idat))))
+    with Image.open(path) as im:
+        return im.size, max(ImageStat.Stat(im.convert("L")).stddev)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium not installed (make chromium, as root)")
+def test_report_in_chromium(cm, tmp_path):
+    page = cm.report(*_inputs(2, 8, 8)).to_html(tmp_path / "report.html")
+    shot = tmp_path / "report.png"
+    r = _run_chromium(f"--screenshot={shot}", "--window-size=1200,900", page.as_uri())
+    assert shot.exists(), r.stderr[-2000:]
+    size, spread = _png_spread(shot)
+    assert size == (1200, 900)
+    assert spread > 10, "the screenshot is blank"
+
+    dom = _run_chromium("--dump-dom", page.as_uri()).stdout
+    p = Parsed(dom)
+    heads = [t for _, t in p.headings]
+    assert "dlcb_lab pipeline report" in heads and all(t in heads for t in Report.TABS)
+    assert "%x: [N, 3, H, W] float32" in p.text
