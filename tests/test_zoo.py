@@ -134,6 +134,21 @@ def test_harness_accepts_correct_and_rejects_wrong(tiny):
     assert not bad["ok"] and 5e-4 < bad["max_rel_err"] < 2e-3, bad
 
 
+def test_16bit_errors():
+    """A 16-bit check passes within HALF_SLACK of eager's own error against fp32, fails beyond it,
+    and flags a degenerate eager output; ``worst`` keeps the maxima."""
+    ref32 = torch.tensor([1.0, -2.0, 4.0])
+    want = ref32.half() + torch.tensor([0.004, 0, 0], dtype=torch.half)   # eager: 1e-3 off
+    near = ref32.half() + torch.tensor([0, 0.008, 0], dtype=torch.half)
+    far = ref32.half() + torch.tensor([0, 0, 0.04], dtype=torch.half)
+    ok, bad = zoo.errors(near, want, ref32), zoo.errors(far, want, ref32)
+    assert ok.eager_vs_fp32 == pytest.approx(1e-3, rel=0.05) and ok.ok(zoo.TOL) and not ok.note
+    assert bad.vs_fp32 > zoo.HALF_SLACK * bad.eager_vs_fp32 + zoo.TOL and not bad.ok(zoo.TOL)
+    assert ok.worst(bad).vs_fp32 == bad.vs_fp32 and ok.worst(None) is ok
+    zero = zoo.errors(ref32.half() * 0, ref32.half() * 0 + 1, ref32)
+    assert zero.note.startswith("eager's 16-bit output is degenerate")
+
+
 def test_rel_error():
     a = torch.tensor([[1.0, -4.0], [2.0, 0.5]])
     assert zoo.rel_error(a, a.clone()) == 0
