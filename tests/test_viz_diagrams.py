@@ -10,7 +10,6 @@ import dataclasses
 import re
 import shutil
 from html import unescape
-from html.parser import HTMLParser
 
 import pytest
 import torch
@@ -36,6 +35,7 @@ from dlcb_lab.viz.code import highlight_lines, kernel_html
 from dlcb_lab.viz.diagrams import (COLORS, constraint_dag, dag_nodes, dim_text, graph_svg, latex,
                                    sympy_heads, to_sympy)
 from dlcb_lab.viz.render import bundle, render
+from htmlcheck import check_html
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -86,59 +86,6 @@ def resnet():
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr"}
-
-
-class Balance(HTMLParser):
-    """Checks that every element is closed in order; collects the text of ``dl-src`` cells (the
-    source lines shown) per language."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.errors: list[str] = []
-        self.src: dict[str, list[str]] = {}
-        self._in_src = 0
-        self._lang = ""
-
-    def handle_starttag(self, tag, attrs):
-        if tag in VOID:
-            return
-        self.stack.append(tag)
-        if tag == "table":
-            self._lang = dict(attrs).get("data-lang", "")
-        if tag == "td" and ("class", "dl-src") in attrs:
-            self._in_src = len(self.stack)
-            self.src.setdefault(self._lang, []).append("")
-
-    def handle_endtag(self, tag):
-        if tag in VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>")
-            return
-        if self._in_src == len(self.stack):
-            self._in_src = 0
-        self.stack.pop()
-
-    def handle_data(self, data):
-        if self._in_src:
-            self.src[self._lang][-1] += data
-
-
-def check_html(html: str) -> Balance:
-    """Well formed (balanced tags) and self-contained (nothing fetched from elsewhere)."""
-    p = Balance()
-    p.feed(html)
-    p.close()
-    assert not p.errors, p.errors[:5]
-    assert not p.stack, f"unclosed: {p.stack[-5:]}"
-    for bad in ("http://", "https://", "<link", "src=", "url(", "@import", "<script"):
-        assert bad not in html, bad
-    return p
-
 
 def reachable(cs) -> set[Expr]:
     """Distinct expression nodes under the constraints (independent of ``dag_nodes``)."""

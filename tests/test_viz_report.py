@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import zlib
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ import dlcb_lab as dl
 from dlcb_lab.hostgen.lower import Src
 from dlcb_lab.viz.render import render
 from dlcb_lab.viz.report import Report
+from htmlcheck import Parsed, check_html
 
 from models import Worked
 
@@ -60,71 +60,6 @@ def cm():
 
 def _shapes(cm, *tensors):
     return cm._shapes(tensors)
-
-
-# -- HTML checks ---------------------------------------------------------------------------------
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr"}
-
-
-class Parsed(HTMLParser):
-    """Tag balance (every non-void element closed in order), attributes and visible text."""
-
-    def __init__(self, html: str):
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.errors: list[str] = []
-        self.tags: list[tuple[str, dict]] = []
-        self.headings: list[tuple[str, str]] = []
-        self.chunks: list[str] = []
-        self._heading: list[str] | None = None
-        self.feed(html)
-        self.close()
-        if self.stack:
-            self.errors.append(f"unclosed: {self.stack}")
-        self.text = "".join(self.chunks)
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-        if tag not in VOID:
-            self.stack.append(tag)
-        if tag in ("h2", "h3", "h4"):
-            self._heading = ["stage" if dict(attrs).get("class") == "dl-stage" else tag]
-
-    def handle_startendtag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_endtag(self, tag):
-        if tag in VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
-            return
-        self.stack.pop()
-        if self._heading is not None and tag in ("h2", "h3", "h4"):
-            self.headings.append((self._heading[0], "".join(self._heading[1:]).strip()))
-            self._heading = None
-
-    def handle_data(self, data):
-        if self.stack and self.stack[-1] in ("style", "script"):
-            return
-        self.chunks.append(data)
-        if self._heading is not None:
-            self._heading.append(data)
-
-
-def check_html(html: str) -> Parsed:
-    """Well formed and self-contained (no external script, stylesheet, image or font)."""
-    p = Parsed(html)
-    assert not p.errors, p.errors[:5]
-    for tag, attrs in p.tags:
-        assert tag != "link", "external stylesheet"
-        assert not (tag == "script" and "src" in attrs), "external script"
-        for k in ("src", "href", "xlink:href", "data"):
-            v = (attrs.get(k) or "").strip().lower()
-            assert not v.startswith(("http:", "https:", "//")), f"<{tag} {k}={v}>"
-    assert "@import" not in html and not re.search(r"url\(\s*['\"]?(https?:)?//", html)
-    return p
 
 
 def text_of(obj) -> Parsed:

@@ -12,7 +12,6 @@ import html as _html
 import itertools
 import pickle
 import re
-from html.parser import HTMLParser
 
 import pytest
 import torch
@@ -27,6 +26,7 @@ from dlcb_lab.dims.solver import Bind, Fail, Replace, SolverState, SolverTrace, 
 from dlcb_lab.display import Rich
 from dlcb_lab.viz import stepper as S
 from dlcb_lab.viz.render import render
+from htmlcheck import check_html
 
 from models import Worked
 
@@ -42,45 +42,6 @@ def fresh(prefix: str, rank: int = 1) -> Var:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr"}
-
-
-class _Balance(HTMLParser):
-    """Every start tag closed in order (void elements excepted; SVG's self-closing tags count)."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.errors: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag not in VOID:
-            self.stack.append(tag)
-
-    def handle_endtag(self, tag):
-        if tag in VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
-        else:
-            self.stack.pop()
-
-
-def assert_well_formed(h: str) -> None:
-    p = _Balance()
-    p.feed(h)
-    p.close()
-    assert not p.errors, p.errors[:5]
-    assert not p.stack, f"unclosed {p.stack[-5:]}"
-
-
-def assert_self_contained(h: str) -> None:
-    assert not re.search(r"""\b(src|href)\s*=\s*["']?\s*(https?:)?//""", h, re.I)
-    assert not re.search(r"url\(\s*['\"]?\s*(https?:)?//", h, re.I)
-    assert "@import" not in h and "<script" not in h.lower() and "<link" not in h.lower()
-
 
 def text_of(h: str) -> str:
     """Visible text: tags removed, entities decoded, <style> bodies dropped."""
@@ -391,8 +352,8 @@ def test_static_trace_html(two_branch, worked, tmp_path):
         assert isinstance(trace, Rich) and isinstance(trace[0], Rich)
         b = trace._repr_mimebundle_()
         h = b["text/html"]
-        assert_well_formed(h)
-        assert_self_contained(h)
+        check_html(h)
+        check_html(h)
         assert b["text/plain"] == repr(trace)
         steps = re.findall(r'<tr data-step="(\d+)"', h)
         assert steps == [str(t.step) for t in trace]            # every step, in order
@@ -402,8 +363,8 @@ def test_static_trace_html(two_branch, worked, tmp_path):
         for rule, n in trace.rule_counts().items():
             assert re.search(rf"{rule}</code></td><td[^>]*>[^<]*</td><td>{n}</td>", h)
         page = trace.to_html(tmp_path / "trace.html").read_text()
-        assert_well_formed(page)
-        assert_self_contained(page)
+        check_html(page)
+        check_html(page)
     # provenance of a derived step (an axis of the broadcast) and its user-added origin
     trace = two_branch.pipeline.solver_trace
     rec = next(t for t in trace if t.rule == "collect")
@@ -417,7 +378,7 @@ def test_static_rendering_folds_long_traces():
     vs = [fresh("f") for _ in range(S.FOLD + 20)]
     sol = solve([(v, lit(k + 1)) for k, v in enumerate(vs)])
     h = render(sol.trace).html
-    assert_well_formed(h)
+    check_html(h)
     assert len(re.findall(r"<tr data-step=", h)) == len(sol.trace)
     assert f"{len(sol.trace) - S.FOLD} more steps hidden" in text_of(h)
 
@@ -426,14 +387,14 @@ def test_record_and_state_renderings():
     eqs, sol = hand_system()
     rec = next(t for t in sol.trace if t.rule == "substitute")
     r = render(rec)
-    assert_well_formed(r.html)
-    assert_self_contained(r.html)
+    check_html(r.html)
+    check_html(r.html)
     assert f'data-step="{rec.step}"' in r.html and rec.rule in text_of(r.html)
     assert r.svg is not None and "<svg" in r.svg and "<svg" in r.html   # the equation's DAG
     assert rec.before in text_of(r.html) and rec.after in text_of(r.html)
     st_ = list(sol.trace.replay())[-1]
     h = render(st_).html
-    assert_well_formed(h)
+    check_html(h)
     assert set(re.findall(r'data-cid="(\d+)"', h)) == {str(c.id) for c in sol.residuals}
     assert re.findall(r'data-var="([^"]+)"', h) == [v.name for v in sol.subst]
 
@@ -445,7 +406,7 @@ def test_contradiction_trace_shows_the_failing_step(clash):
     c = trace.constraint(last.constraint_id)
     assert "broadcast" in c.provenance.detail and c.provenance.where
     h = render(trace).html
-    assert_well_formed(h)
+    check_html(h)
     row = re.search(rf'<tr data-step="{last.step}" class="dl-failed">.*?</tr>', h, re.S).group(0)
     assert _html.escape(str(c.provenance)) in row and last.outcome.why in text_of(row)
     assert "1 contradiction" in text_of(h)
@@ -483,7 +444,7 @@ def test_failed_state_shows_the_failed_constraint(clash):
         c, why = after.failed, after.record.outcome.why
         for h, status in ((render(after).html, "failed"), (S.state_html(after, before),
                                                             "pending → failed")):
-            assert_well_formed(h)
+            check_html(h)
             row = re.search(rf'<tr data-cid="{c.id}" class="dl-failed">.*?</tr>', h, re.S)
             assert row, h
             txt = text_of(row.group(0))
@@ -641,7 +602,7 @@ def test_stepper_dag(worked):
             w.slider.value = k
             svg = w.dag_html.value
             assert "<svg" in svg and "</svg>" in svg, text_of(svg)
-            assert_well_formed(svg)
+            check_html(svg)
             nodes, bold = dag_nodes_shown(svg)
             assert bold == {repr(n) for n in S.highlight_nodes(rec)}
             live = w.states[rec.step].live
@@ -659,8 +620,8 @@ def test_stepper_mimebundle_has_static_fallback(worked):
     b = w._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in b
     assert b["text/html"] == render(trace).html
-    assert_well_formed(b["text/html"])
-    assert_self_contained(b["text/html"])
+    check_html(b["text/html"])
+    check_html(b["text/html"])
 
 
 def test_empty_trace():
@@ -668,6 +629,6 @@ def test_empty_trace():
     assert len(sol.trace) == 0 and list(sol.trace.replay()) == []
     init, = sol.trace.replay(initial=True)
     assert init.step == -1 and not init.live and not init.subst
-    assert_well_formed(render(sol.trace).html)
+    check_html(render(sol.trace).html)
     w = S.stepper(sol.trace, dag=False)
     assert w.current is None and "no rule applications" in w.step_html.value
