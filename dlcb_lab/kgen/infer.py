@@ -64,6 +64,7 @@ class _Builder:
         self.outer = _Scope([])
         self.inner: _Scope | None = None
         self.pred = ""                            # the guard in force ("" for none)
+        self.identity: tuple[Expr, ...] | None = None   # the output's own coordinates (not rows)
         self.index_checks: dict[int, tuple[Value, Expr]] = {}
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
 
@@ -217,9 +218,12 @@ class _Builder:
             buf = self.inputs.setdefault(v.id, len(self.inputs))
             if buf == len(self.in_values):
                 self.in_values.append(v)
-            idx = simplify_bounded(linear_index(coords, self.g.dims(v)), self.bounds)
-            # in terms of _t: identity layouts collapse (24*(_t // 24) + _t % 24 -> _t)
-            idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
+            if self.identity == tuple(coords) and self.g.dims(v) == self.dims:
+                idx = THREAD   # the output's own layout: linear_index(delinearize(_t)) is _t
+            else:
+                idx = simplify_bounded(linear_index(coords, self.g.dims(v)), self.bounds)
+                # in terms of _t: literal layouts collapse (24*(_t // 24) + _t % 24 -> _t)
+                idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
             iname = self.index(idx)
             self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
             self.loads.append((v.name, tuple(coords)))
@@ -299,6 +303,8 @@ class _Builder:
             self.coord_names.add(cv.name)
             out_coords.append((cv.name, e))
             coords[a] = cv
+        if not row:
+            self.identity = tuple(coords)
         loops: list[tuple[Var, Expr]] = []
         extent = None
         out_t = dtype_of(self.root.dtype)
