@@ -56,7 +56,7 @@ from ..ir.graph import Graph, Value
 from ..ir.ops import reduced_extents
 from ..kgen.emit import NARROW
 from ..kgen.kir import KernelBody
-from .launchers import NARROW_LIMIT, CpuLauncher, _flat_array
+from .launchers import NARROW_LIMIT, CpuLauncher, _flat_array, check_index
 
 _TYPESTR: dict[str, torch.dtype] = {
     "f2": torch.float16, "f4": torch.float32, "f8": torch.float64, "i1": torch.int8,
@@ -498,7 +498,7 @@ class DirectKernel:
             if x is None:
                 raise ShapeMismatch(f"{sig.buffers[pos].label}: the extent {ext!r} its index "
                                     f"values must stay below is not determined by the shapes")
-            _check_index(_as_tensor(bufs[pos]), x, sig.buffers[pos].label)
+            check_index(_as_tensor(bufs[pos]), x, sig.buffers[pos].label)
         dev = (f"cuda:{devices.pop() if devices else torch.cuda.current_device()}" if self.cuda
                else "cpu")
         return DirectLaunch(sig.entry + NARROW * narrow, sig.variant, values[0],
@@ -609,10 +609,3 @@ def _verify(known: dict[Expr, int], origin: Mapping[Expr, str]) -> None:
 def _why_inner(m: Expr, origin: Mapping[Expr, str]) -> str:
     src = list(dict.fromkeys(s for c in m.children() for s in _sources(c, origin)))
     return f" ({'; '.join(src)})" if src else ""
-
-
-def _check_index(t: torch.Tensor, extent: int, label: str) -> None:
-    """Every value of index tensor ``t`` in ``[0, extent)`` (a device sync on CUDA)."""
-    if t.numel() and not (0 <= int(t.min()) and int(t.max()) < extent):
-        raise ShapeMismatch(f"{label}: index values in [{int(t.min())}, {int(t.max())}], "
-                            f"outside [0, {extent})")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ShapeMismatch
+
 BLOCK = 256
 MAX_GRID = 1 << 16
 NARROW_LIMIT = (1 << 31) - (1 << 25)
@@ -66,3 +68,11 @@ class CudaLauncher:
 
     def __call__(self, variant: int, numel: int, out, ins, params, narrow=False):
         self.kernels[variant, narrow][self.geometry(variant, numel)](out, *ins, numel, *params)
+
+
+def check_index(t: torch.Tensor, extent: int, what: str) -> None:
+    """Every value of index tensor ``t`` in ``[0, extent)``, before a kernel reads it as a
+    coordinate (a device sync on CUDA)."""
+    if t.numel() and not (0 <= int(t.min()) and int(t.max()) < extent):
+        raise ShapeMismatch(f"{what}: index values in [{int(t.min())}, {int(t.max())}], "
+                            f"outside [0, {extent})")

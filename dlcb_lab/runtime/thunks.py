@@ -21,7 +21,7 @@ from ..errors import ShapeMismatch
 from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src, VariantLaunch
 from ..hostgen.program import HostProgram, HostTrace
 from ..kgen.emit import NARROW
-from .launchers import NARROW_LIMIT
+from .launchers import NARROW_LIMIT, check_index
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class Thunk(Rich):
             else:
                 launcher = next(launchers)
                 for o, reg, what in step.index_checks:
-                    _check_index(get(o), r[reg], what)
+                    check_index(get(o), r[reg], what)
                 out = bufs[step.out] = torch.empty(shape, dtype=b.dtype, device=dev)
                 n = r[step.numel]
                 if n:
@@ -207,13 +207,6 @@ class Thunk(Rich):
                 f"{self.device}, inputs {list(self.in_names[:4])}"
                 f"{f' + {len(self.in_names) - 4} more' if len(self.in_names) > 4 else ''}, "
                 f"{len(self.host.instrs)} host instructions)")
-
-
-def _check_index(t: torch.Tensor, extent: int, what: str) -> None:
-    """Every value of index tensor ``t`` in ``[0, extent)`` (a device sync on CUDA)."""
-    if t.numel() and not (0 <= int(t.min()) and int(t.max()) < extent):
-        raise ShapeMismatch(f"{what}: values in [{int(t.min())}, {int(t.max())}], outside "
-                            f"[0, {extent})")
 
 
 def _library(step: LibraryCall, operands: list[torch.Tensor], r: list[int], shape: list[int]
