@@ -10,7 +10,6 @@ import torch
 from ..dims import Expr, Lit, shape
 from ..display import Rich
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OpKind
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,3 @@ def eliminate_dead(g: Graph, log: list[str]) -> Graph:
         g.inputs = [v for v in g.inputs if v.id not in ids]
         log.append(f"dropped {len(dead)} unused constants")
     return g
-
-
-def is_library(n: Node) -> bool:
-    return n.op.kind is OpKind.LIBRARY

@@ -56,12 +56,10 @@ def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
     return None
 
 
-def _const_operands(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value, Value,
-                                                                     torch.Tensor] | None:
-    """For ``n = (y op2 c) op t``-shaped matches: ``n`` is a binary ``op`` of a single-use value
-    produced by a binary node ``inner`` with one constant operand ``c``, and a constant ``t``;
-    every value has ``y``'s dtype and the result has ``y``'s shape. Returns (inner, y, c-value,
-    t) or None."""
+def _shifted(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value, Value, Value] | None:
+    """Matches ``n = (y + c) op t``: ``n`` a binary ``op`` of a single-use add ``inner`` with one
+    constant operand ``c``, and a constant ``t``; every value has ``y``'s dtype and the result
+    has ``y``'s shape. Returns (inner, y, c, t) or None."""
     if n.op.name != op or len(n.inputs) != 2:
         return None
     for a, t in (n.inputs, n.inputs[::-1]):
@@ -69,24 +67,24 @@ def _const_operands(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value,
                 is_scalar(t) or constant_of(g, t) is None:
             continue
         inner = a.producer
-        if len(inner.inputs) != 2 or any(is_scalar(x) for x in inner.inputs):
+        if inner.op.name != "add" or len(inner.inputs) != 2 or \
+                any(is_scalar(x) for x in inner.inputs):
             continue
         for y, c in (inner.inputs, inner.inputs[::-1]):
             if constant_of(g, c) is not None and constant_of(g, y) is None and \
                     len({y.dtype, c.dtype, t.dtype, n.out.dtype}) == 1 and \
                     g.dims(n.out) == g.dims(y):
-                return inner, y, c, constant_of(g, t)
+                return inner, y, c, t
     return None
 
 
 def _shift_scale(g: Graph, n: Node, use: dict) -> str | None:
     """(y + c) * s  ->  y * s + (c * s)   (c, s constants broadcasting into y)"""
-    hit = _const_operands(g, n, "mul", use)
-    if hit is None or hit[0].op.name != "add":
+    hit = _shifted(g, n, "mul", use)
+    if hit is None:
         return None
-    inner, y, c, s_t = hit
-    s = next(x for x in n.inputs if x is not inner.out)
-    cs = g.constant(f"{c.name}*{s.name}", (constant_of(g, c) * s_t).to(y.dtype))
+    inner, y, c, s = hit
+    cs = g.constant(f"{c.name}*{s.name}", (constant_of(g, c) * constant_of(g, s)).to(y.dtype))
     inner.op, inner.inputs = n.op, (y, s)       # the add becomes y * s ...
     n.op, n.inputs = OPS["add"], (inner.out, cs)  # ... and the mul adds c * s
     return f"%{n.out.name}: (%{y.name} + %{c.name}) * %{s.name} -> %{y.name} * %{s.name} + " \
@@ -95,12 +93,11 @@ def _shift_scale(g: Graph, n: Node, use: dict) -> str | None:
 
 def _shift_shift(g: Graph, n: Node, use: dict) -> str | None:
     """(y + a) + b  ->  y + (a + b)   (a, b constants broadcasting into y)"""
-    hit = _const_operands(g, n, "add", use)
-    if hit is None or hit[0].op.name != "add":
+    hit = _shifted(g, n, "add", use)
+    if hit is None:
         return None
-    inner, y, a, b_t = hit
-    b = next(x for x in n.inputs if x is not inner.out)
-    ab = g.constant(f"{a.name}+{b.name}", (constant_of(g, a) + b_t).to(y.dtype))
+    inner, y, a, b = hit
+    ab = g.constant(f"{a.name}+{b.name}", (constant_of(g, a) + constant_of(g, b)).to(y.dtype))
     n.inputs = (y, ab)
     g.nodes.remove(inner)
     return f"%{n.out.name}: (%{y.name} + %{a.name}) + %{b.name} -> %{y.name} + %{ab.name}"
