@@ -104,3 +104,21 @@ class Spy:
         assert self.launches == 0, "a kernel was launched"
         assert self.allocs == 0, "an output was allocated"
         assert self.thunk.calls == self.calls0
+
+
+class Recorder:
+    """Stands in for a launcher: records (variant, numel, params, narrow) of each launch, then
+    launches it."""
+
+    def __init__(self, f, log):
+        self.f, self.log = f, log
+
+    def choose(self, *a):
+        return self.f.choose(*a)
+
+    def geometry(self, *a):
+        return self.f.geometry(*a)
+
+    def __call__(self, variant, numel, out, ins, params, narrow=False):
+        self.log.append((variant, numel, tuple(params), narrow))
+        return self.f(variant, numel, out, ins, params, narrow)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import dlcb_lab as dl
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -72,5 +74,5 @@ def test_cuda_array_interface_and_empty_grid(kernel):
 
 def test_wrong_arg_count(kernel):
     x = torch.zeros(4, device="cuda")
-    with pytest.raises(TypeError, match="takes 5 arguments, got 3"):
+    with pytest.raises(dl.ArgumentError, match="takes 5 arguments, got 3"):   # a TypeError
         kernel[1, 32](x, x, 4)

@@ -135,8 +135,9 @@ def test_keyword_defaults(fn):
 
 
 def test_unsupported_argument_value_is_named():
-    with pytest.raises(dl.UnsupportedOp, match=rf"div 'div' at {HERE}.*rounding_mode='floor'"):
-        dl.compile(Fn(lambda x: torch.div(x, 2, rounding_mode="floor")), (torch.randn(3),),
+    with pytest.raises(dl.UnsupportedOp, match=rf"div 'div' at {HERE}.*rounding_mode='floor'"
+                                               r"\) by a tensor"):
+        dl.compile(Fn(lambda x: torch.div(x, x + 1, rounding_mode="floor")), (torch.arange(3),),
                    backend="cpu")
     with pytest.raises(dl.UnsupportedOp, match=r"do not fit sum.*unexpected keyword.*bogus"):
         dl.compile(Fn(lambda x: x.sum(bogus=1)), (torch.randn(3),), backend="cpu")
@@ -316,7 +317,7 @@ def test_non_strided_inputs_refused(layout, monkeypatch):
         dl.compile(Fn(torch.relu), (LAYOUTS[layout](x),), backend="cpu")
     cm = dl.compile(Fn(torch.relu), (x,), {0: {0: "N"}}, backend="cpu")
     spy = Spy(cm, monkeypatch)
-    with pytest.raises(TypeError, match=r"input 0 'x': layout .* unsupported \(strided"):
+    with pytest.raises(dl.ArgumentError, match=r"input 0 'x': layout .* unsupported \(strided"):
         cm(LAYOUTS[layout](x))
     spy.assert_untouched()
 
@@ -337,3 +338,89 @@ def test_non_contiguous_inputs(make):
     m = Fn2(lambda x, y: (x * y + 1, x.sum(0), (x > 0).amax(1)))
     x = make()
     run(m, (x, torch.randn(x.shape[-1])), {0: {0: "N"}}, [(make(), torch.randn(x.shape[-1]))])
+
+
+# --- call-time refusals: one validator (runtime.args), dl errors ------------------------------------
+
+REFUSED = [
+    ("dtype", lambda x, y: (x.double(), y), dl.DTypeError,
+     r"input 0 'x': dtype torch.float64 != compiled torch.float32"),
+    ("numpy", lambda x, y: (x.numpy(), y), dl.ArgumentError,
+     r"input 0 'x': expected a torch.Tensor, got numpy.ndarray float32 \[3, 4\]"),
+    ("list", lambda x, y: (x, y.tolist()), dl.ArgumentError,
+     r"input 1 'y': expected a torch.Tensor, got list of 4 items"),
+    ("none", lambda x, y: (None, y), dl.ArgumentError,
+     r"input 0 'x': expected a torch.Tensor, got None"),
+    ("too-few", lambda x, y: (x,), dl.ArgumentError, r"expected 2 tensor inputs \(x, y\), got 1"),
+    ("too-many", lambda x, y: (x, y, y), dl.ArgumentError,
+     r"expected 2 tensor inputs \(x, y\), got 3"),
+    ("meta", lambda x, y: (x.to("meta"), y), dl.DeviceError,
+     r"input 0 'x': on meta, expected cpu \(a meta tensor holds no data\)"),
+    ("meta-second", lambda x, y: (x, y.to("meta")), dl.DeviceError,
+     r"input 1 'y': on meta, expected cpu \(input 0\)"),
+]
+
+
+@pytest.mark.parametrize("make,exc,match", [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_call_refusals_are_dl_errors(make, exc, match, monkeypatch):
+    """Each refusal is a ``dl`` error keeping its builtin base, raised before the host program
+    or any allocation or launch."""
+    cm = dl.compile(Fn2(lambda x, y: x * y), (torch.randn(3, 4), torch.randn(4)),
+                    {0: {0: "N"}}, backend="cpu")
+    spy = Spy(cm, monkeypatch)
+    x, y = torch.randn(3, 4), torch.randn(4)
+    with pytest.raises(exc, match=match) as err:
+        cm._thunk(*make(x, y))
+    assert isinstance(err.value, dl.DLError)
+    assert isinstance(err.value, TypeError if exc in (dl.ArgumentError, dl.DTypeError)
+                      else ValueError)
+    spy.assert_untouched()
+
+
+def test_wrong_device_refused():
+    """A thunk compiled for one device refuses tensors on another (checked on CPU with a thunk
+    that claims the ``cuda`` device: the validator runs before anything touches a device)."""
+    from dlcb_lab.runtime.thunks import DynamicAOTThunk
+
+    cm = dl.compile(Fn(torch.relu), (torch.randn(3),), {0: {0: "N"}}, backend="cpu")
+    th = cm._thunk
+    other = DynamicAOTThunk(th.host, th.plan, th.launchers, th.in_dtypes, "cuda", th.in_names)
+    with pytest.raises(dl.DeviceError, match=r"input 0 'x': on cpu, expected cuda"):
+        other(torch.randn(3))
+
+
+DIRECT_REFUSED = [
+    ("dtype", lambda o, x, y: (o, x.double(), y), dl.DTypeError,
+     r"in0 \(%x\): dtype float64, the kernel's buffer is float32"),
+    ("numpy-dtype", lambda o, x, y: (o, x.double().numpy(), y), dl.DTypeError,
+     r"in0 \(%x\): dtype '<f8' \(float64\)"),
+    ("list", lambda o, x, y: (o, x.tolist(), y), dl.ArgumentError,
+     r"in0 \(%x\): expected a torch CPU tensor or a numpy array, got list of 3 items"),
+    ("none", lambda o, x, y: (None, x, y), dl.ArgumentError,
+     r"out \(%mul\): expected a torch CPU tensor or a numpy array, got None"),
+    ("count", lambda o, x, y: (o, x), dl.ArgumentError, r"takes 3 buffers \(out, in0, in1\)"),
+    ("meta", lambda o, x, y: (o, x, y.to("meta")), dl.DeviceError,
+     r"in1 \(%y\): on meta, expected cpu"),
+    ("read-only", lambda o, x, y: (_readonly(o.numpy()), x, y), dl.LayoutError,
+     r"out \(%mul\): read-only"),
+    ("int", lambda o, x, y: (o, x, y, 1.5), dl.ArgumentError,
+     r"int argument numel: expected an int, got float"),
+]
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("make,exc,match", [r[1:] for r in DIRECT_REFUSED],
+                         ids=[r[0] for r in DIRECT_REFUSED])
+def test_direct_launch_refusals_are_dl_errors(make, exc, match):
+    """The same validator behind direct launches (``k[grid, block](out, in0, ..)``)."""
+    cm = dl.compile(Fn2(lambda x, y: x * y), (torch.randn(3, 4), torch.randn(4)),
+                    {0: {0: "N"}}, backend="cpu")
+    (k,) = cm.pipeline.kernels
+    out = torch.full((3, 4), float("nan"))
+    with pytest.raises(exc, match=match):
+        k[1, 1](*make(out, torch.randn(3, 4), torch.randn(4)))
+    assert out.isnan().all()

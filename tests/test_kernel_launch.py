@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import dlcb_lab as dl
-from dlcb_lab.api import Kernel
+from dlcb_lab.records import Kernel
 from dlcb_lab.runtime.launchers import BLOCK, MAX_GRID, CpuLauncher, CudaLauncher
 
 from models import BY_NAME
@@ -237,7 +237,7 @@ def test_refusals(worked):
     k = worked.pipeline.kernels[0]
     x, y = WORKED.inputs(4)
     out = _poisoned(4, 24)
-    _refused(k, TypeError, r"takes 3 buffers \(out, in0, in1\), optionally followed by 1 ints "
+    _refused(k, dl.ArgumentError, r"takes 3 buffers \(out, in0, in1\), optionally followed by 1 ints "
                            r"\(numel\); got 2", out, x)
     _refused(k, dl.DTypeError, r"in1 \(%y\): dtype float64, the kernel's buffer is float32",
              out, x, y.double())
@@ -246,14 +246,14 @@ def test_refusals(worked):
                                   r"axis 0\)", out, torch.randn(5, 4, 6), y)
     _refused(k, dl.ShapeMismatch, r"in0 \(%x\): rank 2 != 3 \(expected \[N, 4, 6\]\)",
              out, torch.randn(4, 24), y)
-    _refused(k, ValueError, r"in0 \(%x\): not contiguous", out, x.transpose(1, 2).contiguous()
+    _refused(k, dl.LayoutError, r"in0 \(%x\): not contiguous", out, x.transpose(1, 2).contiguous()
              .transpose(1, 2), y)
-    _refused(k, TypeError, r"in0 \(%x\): expected a torch CPU tensor or a numpy array, got list",
+    _refused(k, dl.ArgumentError, r"in0 \(%x\): expected a torch CPU tensor or a numpy array, got list",
              out, [1.0], y)
-    _refused(k, ValueError, r"out \(%reshape\) overlaps in0 \(%x\)", x.view(4, 24), x, y)
+    _refused(k, dl.LayoutError, r"out \(%reshape\) overlaps in0 \(%x\)", x.view(4, 24), x, y)
     ro = np.zeros((4, 24), np.float32)
     ro.flags.writeable = False
-    with pytest.raises(ValueError, match=r"out \(%reshape\): read-only"):
+    with pytest.raises(dl.LayoutError, match=r"out \(%reshape\): read-only"):
         k[1, 1](ro, x, y)
     with pytest.raises(dl.DTypeError, match=r"in0 \(%x\): dtype '<f8'"):
         k[1, 1](out, x.double().numpy(), y)
@@ -266,26 +266,26 @@ def test_cuda_memory_refused_by_cpu_kernel(worked):
 
     k = worked.pipeline.kernels[0]
     x, y = WORKED.inputs(4)
-    with pytest.raises(ValueError, match=r"out \(%reshape\): Dev is CUDA memory; the cpu kernel"):
+    with pytest.raises(dl.DeviceError, match=r"out \(%reshape\): Dev is CUDA memory; the cpu kernel"):
         k[1, 1](Dev(), x, y)
 
 
 def test_launch_configuration_checked(worked):
     k = worked.pipeline.kernels[0]
-    with pytest.raises(TypeError, match=r"takes \(grid, block\) or \(grid, block, stream\)"):
+    with pytest.raises(dl.ArgumentError, match=r"takes \(grid, block\) or \(grid, block, stream\)"):
         k[4]
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(dl.ArgumentError, match="1-D"):
         k[(2, 2), 32]
-    with pytest.raises(ValueError, match="block 0: must be at least 1"):
+    with pytest.raises(dl.ArgumentError, match="block 0: must be at least 1"):
         k[1, 0]
-    with pytest.raises(TypeError, match="no streams"):
+    with pytest.raises(dl.ArgumentError, match="no streams"):
         k[1, 1, torch.device("cpu")]
     assert repr(k[(3, 1, 1), [8], 0]) == "dlcb_k0_reshape[3, 8]"
     x, y = WORKED.inputs(2)
-    with pytest.raises(ValueError, match="grid 0 launches nothing"):
+    with pytest.raises(dl.ArgumentError, match="grid 0 launches nothing"):
         k[0, 1](torch.empty(2, 24), x, y)
     k[0, 1](torch.empty(0, 24), *WORKED.inputs(0))        # no elements: nothing to launch
-    with pytest.raises(TypeError, match=r"launch with dlcb_k0_reshape\[grid, block\]"):
+    with pytest.raises(dl.ArgumentError, match=r"launch with dlcb_k0_reshape\[grid, block\]"):
         k.variant(0)(torch.empty(2, 24), x, y)
     with pytest.raises(IndexError, match="1 variant"):
         k.variant(1)
@@ -420,13 +420,13 @@ def test_gpu_refused_before_launch(worked_cuda):
         k[1, 128](out, nc.to_device(x.double().numpy()), yd)
     with pytest.raises(dl.ShapeMismatch, match=r"in0 \(%x\) axis 0: size 5 != N = 4"):
         k[1, 128](out, nc.to_device(np.zeros((5, 4, 6), np.float32)), yd)
-    with pytest.raises(ValueError, match=r"in0 \(%x\): not C-contiguous"):
+    with pytest.raises(dl.LayoutError, match=r"in0 \(%x\): not C-contiguous"):
         k[1, 128](out, nc.to_device(np.zeros((4, 4, 12), np.float32))[:, :, ::2], yd)
-    with pytest.raises(ValueError, match=r"in1 \(%y\): a numpy array \(host memory\)"):
+    with pytest.raises(dl.DeviceError, match=r"in1 \(%y\): a numpy array \(host memory\)"):
         k[1, 128](out, xd, y.numpy())
-    with pytest.raises(ValueError, match=r"in0 \(%x\): a tensor on cpu"):
+    with pytest.raises(dl.DeviceError, match=r"in0 \(%x\): a tensor on cpu"):
         k[1, 128](out, x, yd)
-    with pytest.raises(ValueError, match="at most 1024 threads"):
+    with pytest.raises(dl.ArgumentError, match="at most 1024 threads"):
         k[1, 2048]
     nc.synchronize()
     assert np.isnan(out.copy_to_host()).all(), "a refused launch wrote the output"
@@ -450,7 +450,7 @@ def test_gpu_cooperative_variant():
         if len(k.signatures) < 2:
             continue
         coop = k.variant(1)
-        with pytest.raises(ValueError, match="multiple of 32"):
+        with pytest.raises(dl.ArgumentError, match="multiple of 32"):
             coop[4, 100]
         out = torch.full(w.shape, float("nan"), device="cuda")
         coop[3, 64](out, x)

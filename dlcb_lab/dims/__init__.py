@@ -1,5 +1,6 @@
 """Dimension expressions, constraints and the fixed-point solver (paper §3)."""
 
+from .bind import BindPlan, Binding, Source, evaluate, plan_binding
 from .bounds import BOUNDS_RULES
 from .bounds import simplify as simplify_bounded
 from .constraints import Constraint, Constraints, Contradiction, Provenance, ShapeError
@@ -13,4 +14,5 @@ __all__ = [
     "prod", "shape", "var", "Constraint", "Contradiction", "Provenance", "ShapeError", "RULES",
     "DimKind", "Solution", "Solver", "SolverTrace", "TraceRecord", "solve", "simplify_bounded",
     "Constraints", "DIVMOD_RULES", "BOUNDS_RULES", "RuleContext", "kind_of",
+    "BindPlan", "Binding", "Source", "evaluate", "plan_binding",
 ]

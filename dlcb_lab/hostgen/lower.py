@@ -1,31 +1,40 @@
 """Lower a solved graph and its kernels to a host program and a launch plan.
 
-The host program checks ranks, binds each named dim from the first input axis that carries it,
-checks every other input axis against its solved expression, checks the residual constraints, the
-requirements (a window within its padded axis, a slice within its axis) and that every ``amax``
-reduces a non-empty range, then computes the launch slots. Messages speak in user dims, each tied
-to the input axis it is read from. Constants (parameters) are supplied by the compiled module, so
-their shapes are not checked per call.
+The host program checks ranks, executes the inputs' binding plan (``dims.bind``: each named dim
+bound from the first bare input axis that carries it, else from an axis affine in it such as
+``2*N + 1``, or an atom such as ``(H + 1) // 2`` bound itself; every other axis checked against its
+solved expression), checks the graph's guards (``hostgen.guards``: residual constraints,
+requirements, non-empty ``amax``), then computes the launch slots. Messages speak in user dims,
+each tied to the input axis it is read from. Constants (parameters) are supplied by the compiled
+module, so their shapes are not checked per call.
 
-The launch plan is the step list (generated kernel launches and library calls, in graph order)
-and the memory plan: each step names the buffers whose last use it is, freed after it."""
+The launch plan is the step list and the memory plan. Its steps are the partition's
+(``passes.partition.steps``, ``Graph.partition``: one per materialized value, in graph order), each
+with launches a ``LibraryCall`` or a ``KernelLaunch`` whose slots follow the kernel's ABI
+(``kgen.abi``); each step names the buffers whose last use it is, freed after it."""
 
 from __future__ import annotations
 
 import enum
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence, Union
 
 import torch
 
-from ..dims import Constraint, Expr, Lit, Var, prod
+from ..dims import Expr, Lit, Var
+from ..dims.bind import BindPlan, Source, plan_binding
 from ..display import Rich
-from ..errors import DLError, ShapeError
+from ..errors import BuildError, DLError, ShapeError
 from ..ir.graph import Graph, Value
-from ..ir.ops import OpDef, OpKind, reduced_extents
+from ..ir.ops import OpDef
+from ..kgen.abi import abi
 from ..kgen.kir import KernelBody
+from ..passes.partition import steps as partition_steps
+from .guards import Guard, describe, dim_origins, graph_guards
 from .program import HostBuilder, HostProgram, escape
+
+__all__ = ["lower", "input_binding", "dim_origins", "describe", "LaunchPlan"]
 
 
 class Src(enum.Enum):
@@ -71,6 +80,8 @@ class KernelLaunch:
     index_checks: tuple[tuple[Operand, int, str], ...] = ()
     """Index tensors read as coordinates: (operand, register of the extent, what), checked in
     range before the launch."""
+    step: int = -1
+    """The partition step (``Graph.partition.steps``) this launch is."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,8 @@ class LibraryCall(_Attributes):
     operands: tuple[tuple[Operand, tuple[View, ...]], ...]
     attrs: tuple[tuple[str, Any], ...]
     out: int
+    step: int = -1
+    """The partition step (``Graph.partition.steps``) this call is."""
 
 
 Step = Union[KernelLaunch, LibraryCall]
@@ -125,8 +138,10 @@ Step = Union[KernelLaunch, LibraryCall]
 
 @dataclass(frozen=True)
 class LaunchPlan(Rich):
-    """Which registers hold what: buffer shapes, the steps, the buffers each step frees (after
-    their last use; outputs are never freed) and the outputs. ``inputs`` and ``regs`` (the graph
+    """The one launch plan: which registers hold what, buffer shapes, the steps (one per
+    partition step with launches, ``Graph.partition``, in its order; the thunks walk them with
+    one walker, ``Thunk._walk``), the buffers each step frees (after their last use; outputs are
+    never freed) and the outputs. ``inputs`` and ``regs`` (the graph
     input names, the expression each register holds: ``HostProgram.args``/``.regs``) are for
     display."""
 
@@ -136,6 +151,9 @@ class LaunchPlan(Rich):
     outputs: tuple[Operand, ...]
     inputs: tuple[str, ...] = ()
     regs: tuple[str, ...] = ()
+    guards: tuple[Guard, ...] = ()
+    """The graph's guards (``hostgen.guards``), compiled into the host program; direct kernel
+    launches check the same list."""
 
     @property
     def kernels(self) -> tuple[KernelLaunch, ...]:
@@ -182,31 +200,29 @@ def fill(template: Any, r: Sequence[int]) -> Any:
     return template
 
 
-def _attr_template(hb: "HostBuilder", value: Any) -> Any:
-    if isinstance(value, Lit):
-        return value.value
+def _attr_template(g: Graph, hb: "HostBuilder", value: Any) -> Any:
+    """An attribute as the host computes it: expressions resolved through the solver (a dim
+    bound after the op was built is read through its binding), literals inlined."""
     if isinstance(value, Expr):
-        return Reg(hb.expr(value))
+        value = g.solver.resolve(value)
+        return value.value if isinstance(value, Lit) else Reg(hb.expr(value))
     if isinstance(value, (tuple, list)):
-        return type(value)(_attr_template(hb, v) for v in value)
+        return type(value)(_attr_template(g, hb, v) for v in value)
     return value
 
 
-def dim_origins(g: Graph) -> dict[Var, str]:
-    """Each user dim -> the first input axis declaring it (``input 0 'x' axis 0``)."""
-    out: dict[Var, str] = {}
+def input_binding(g: Graph) -> tuple[BindPlan, list[tuple[int, Value, int, Expr]]]:
+    """The binding plan over the axes of the graph's non-constant inputs (solved shapes), and per
+    source ``(input position, input, axis, declared expression)``."""
+    consts = {v.id for v, _ in g.constants}
+    sources, axes = [], []
     for i, v in enumerate(g.inputs):
-        for k, d in enumerate(v.shape.items):
-            if isinstance(d, Var):
-                out.setdefault(d, f"input {i} '{v.name}' axis {k}")
-    return out
-
-
-def describe(exprs: Sequence[Expr], origins: dict[Var, str]) -> str:
-    """``; N = input 0 'x' axis 0, ...`` for the user dims in ``exprs``."""
-    names = sorted({n for e in exprs for n in e.free_vars})
-    where = [f"{v.name} = {o}" for v, o in origins.items() if v.name in names]
-    return f"; {', '.join(where)}" if where else ""
+        if v.id in consts:
+            continue
+        for k, e in enumerate(g.dims(v)):
+            sources.append(Source(f"input {i} '{v.name}' axis {k}", e, i, k))
+            axes.append((i, v, k, v.shape[k]))
+    return plan_binding(sources), axes
 
 
 def _axis_message(g: Graph, i: int, v: Value, k: int, declared: Expr, e: Expr) -> str:
@@ -222,59 +238,24 @@ def _axis_message(g: Graph, i: int, v: Value, k: int, declared: Expr, e: Expr) -
     return f"input {i} '{v.name}' axis {k}: size {{got}} != {want}{why}"
 
 
-def _residual_message(c: Constraint, lhs: Expr, rhs: Expr, origins: dict[Var, str]) -> str:
-    return (f"residual constraint #{c.id} violated: {lhs!r} == {rhs!r} (got {{got}} != "
-            f"{{want}}) from {escape(str(c.provenance))}{describe((lhs, rhs), origins)}")
-
-
 def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
           ) -> tuple[HostProgram, LaunchPlan]:
     """The host program and launch plan for ``kernels`` and the graph's library calls, which
     fill ``buffers`` (every materialized value; those of literal size 0 have no kernel)."""
     hb = HostBuilder(len(g.inputs), [v.name for v in g.inputs])
-    origins = dim_origins(g)
     consts = {v.id for v, _ in g.constants}
-    resolved = [g.dims(v) for v in g.inputs]
     for i, v in enumerate(g.inputs):
         if v.id not in consts:
             hb.guard("rank", f"input {i} '{v.name}': rank {{got}} != {v.rank}", i, v.rank)
-    loaded: dict[tuple[int, int], int] = {}
-    for i, dims in enumerate(resolved):           # bind named dims from bare axes
-        for k, e in enumerate(dims):
-            if isinstance(e, Var) and e not in hb.env:
-                loaded[i, k] = hb.load(i, k)
-                hb.bind(e, loaded[i, k])
+    plan, axes = input_binding(g)
     try:
-        for i, dims in enumerate(resolved):           # check every other axis
-            if g.inputs[i].id in consts:
-                continue
-            for k, e in enumerate(dims):
-                r = loaded.get((i, k))
-                if r is not None and hb.env.get(e) == r:
-                    continue
-                got = hb.load(i, k)
-                hb.guard("check", _axis_message(g, i, g.inputs[i], k, g.inputs[i].shape[k], e),
-                         got, hb.expr(e))
-        for c in g.solver.residuals:
-            lhs, rhs = g.solver.resolve(c.lhs), g.solver.resolve(c.rhs)
-            hb.guard("check", _residual_message(c, lhs, rhs, origins), hb.expr(lhs), hb.expr(rhs))
-        for e, prov in g.requirements:
-            e = g.solver.resolve(e)
-            if isinstance(e, Lit):
-                if e.value < 0:
-                    raise ShapeError(f"{prov}: needs {e!r} >= 0")
-                continue
-            hb.guard("nonneg", f"{escape(str(prov))}: needs {e!r} >= 0, got {{got}}"
-                     f"{describe((e,), origins)}", hb.expr(e))
-        for n in g.nodes:
-            if n.op.name == "amax":
-                ext = reduced_extents(g, n)
-                e = prod(ext)
-                if isinstance(e, Lit) and e.value > 0:
-                    continue
-                hb.guard("positive", f"{n.op.name} '{n.out.name}' at {escape(n.where)}: reduces "
-                         f"an empty range ({e!r} = {{got}} elements; eager raises)"
-                         f"{describe(ext, origins)}", hb.expr(e))
+        if plan.pending:
+            raise ShapeError("; ".join(plan.undetermined(i) for i in plan.pending))
+        hb.emit_binding(plan, lambda j: _axis_message(g, *axes[j], plan.sources[j].expr))
+        guards = graph_guards(g)
+        for gd in guards:
+            hb.guard(gd.kind, gd.template, hb.expr(gd.lhs),
+                     hb.expr(gd.rhs) if gd.rhs is not None else 0)
     except DLError as err:
         raise err.locate("host program", "", "") from None
     buf_index = {v.id: j for j, v in enumerate(buffers)}
@@ -288,17 +269,27 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
             Operand(Src.BUFFER, buf_index[x.id])
 
     by_out = {kb.out.id: kb for kb in kernels}
+    by_id = {v.id: v for v in buffers}
+    consts_t = {v.id: t for v, t in g.constants}
     steps: list[Step] = []
-    for v in buffers:
-        if v.producer is not None and v.producer.op.kind is OpKind.LIBRARY:
-            steps.append(_library_call(g, hb, v.producer, operand, buf_index[v.id]))
-        elif v.id in by_out:
-            steps.append(_kernel_launch(hb, by_out[v.id], operand, buf_index[v.id],
-                                        {v.id: t for v, t in g.constants}))
+    for ps in g.partition.steps if g.partition is not None else partition_steps(g):
+        v = by_id[ps.value_id]
+        if ps.kind == "library":
+            steps.append(replace(_library_call(g, hb, v.producer, operand, buf_index[v.id]),
+                                 step=ps.index))
+        elif ps.launches:
+            kb = by_out.pop(v.id, None)
+            if kb is None:
+                raise BuildError(f"partition step {ps.index} (%{v.name}) has no kernel")
+            steps.append(replace(_kernel_launch(hb, kb, operand, buf_index[v.id], consts_t),
+                                 step=ps.index))
+    if by_out:
+        raise BuildError(f"kernels outside the partition's steps: "
+                         f"{', '.join(kb.name for kb in by_out.values())}")
     outputs = tuple(Operand(Src.BUFFER, buf_index[v.id]) for v in g.outputs)
     host = hb.build()
     return host, LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs), outputs,
-                            host.args, host.regs)
+                            host.args, host.regs, guards)
 
 
 def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
@@ -312,10 +303,12 @@ def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: d
 
 def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
                   ) -> KernelLaunch:
-    variants = tuple(VariantLaunch(tuple(operand(x) for x in v.inputs),
-                                   tuple(hb.slot(f"{v.name}.{n}", e) for n, e in v.params),
-                                   v.name, tuple(n for n, _ in v.params))
-                     for v in kb.variants())
+    abis = [abi(v) for v in kb.variants()]      # the slots the ABI's parameters take
+    variants = tuple(VariantLaunch(tuple(operand(p.value) for p in a.inputs),
+                                   tuple(hb.slot(f"{a.entry}.{p.name}", p.expr)
+                                         for p in a.int_params),
+                                   a.entry, tuple(p.name for p in a.int_params))
+                     for a in abis)
     extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)
     bound = hb.maximum([b for v in kb.variants() for b in v.index_bounds])
     hb.slots[f"{kb.name}.index_bound"] = bound
@@ -328,18 +321,19 @@ def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: di
                 raise ShapeError(f"{what}: values outside [0, {ext.value})")
             continue
         checks.append((operand(idx), hb.slot(f"{kb.name}.{idx.name}.extent", ext), what))
-    return KernelLaunch(out, hb.slot(f"{kb.name}.numel", kb.numel), variants, extent, bound,
-                        tuple(checks))
+    numel = abis[0].ints[0]
+    return KernelLaunch(out, hb.slot(f"{kb.name}.{numel.name}", numel.expr), variants, extent,
+                        bound, tuple(checks))
 
 
 def _library_call(g: Graph, hb: HostBuilder, node, operand, out: int) -> LibraryCall:
     ops = []
     for x in node.tensor_inputs():
         base, chain = g.view_chain(x)
-        views = tuple(View(n.op, tuple((k, _attr_template(hb, a)) for k, a in n.attrs.items()))
+        views = tuple(View(n.op, tuple((k, _attr_template(g, hb, a)) for k, a in n.attrs.items()))
                       for n in chain)
         ops.append((operand(base), views))
-    attrs = tuple((k, _attr_template(hb, a)) for k, a in node.attrs.items())
+    attrs = tuple((k, _attr_template(g, hb, a)) for k, a in node.attrs.items())
     return LibraryCall(node.op, tuple(ops), attrs, out)
 
 

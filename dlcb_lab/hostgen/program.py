@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit
+from ..dims.bind import Attainable, Bind, BindPlan, Check, Consistent
 from ..display import Rich
 from ..errors import ShapeError, ShapeMismatch
 
@@ -39,6 +40,7 @@ INSTRUCTIONS: dict[str, OpSpec] = {
     "load": OpSpec("shapes[{a}][{b}]"),                       # r[d] = shape[a][b]
     "const": OpSpec("{a}"),                                   # r[d] = a
     "add": OpSpec("{A} + {B}"),                               # r[d] = r[a] + r[b]
+    "sub": OpSpec("{A} - {B}"),                               # r[d] = r[a] - r[b]
     "mul": OpSpec("{A} * {B}"),                               # r[d] = r[a] * r[b]
     "max": OpSpec("{A} if {A} > {B} else {B}"),               # r[d] = max(r[a], r[b])
     "fdiv": OpSpec("{A} // {B}", "{B} <= 0", _DIVISOR),       # r[d] = r[a] // r[b], r[b] > 0
@@ -48,6 +50,8 @@ INSTRUCTIONS: dict[str, OpSpec] = {
     "check": OpSpec("", "{A} != {B}", "M[{d}].format(got={A}, want={B})"),   # r[a] == r[b]
     "positive": OpSpec("", "{A} <= 0", "M[{d}].format(got={A})"),            # r[a] > 0
     "nonneg": OpSpec("", "{A} < 0", "M[{d}].format(got={A})"),               # r[a] >= 0
+    "divides": OpSpec("", "{B} <= 0 or {A} < 0 or {A} % {B}",                # r[a] = k*r[b],
+                      "M[{d}].format(got={A}, want={B})"),                   # k >= 0, r[b] > 0
     "rank": OpSpec("", "len(shapes[{a}]) != {b}",                            # rank of arg a == b
                    "M[{d}].format(got=len(shapes[{a}]))"),
 }
@@ -266,8 +270,59 @@ class HostBuilder:
     def load(self, arg: int, axis: int) -> int:
         return self.emit("load", arg, axis)
 
-    def bind(self, v: Var, r: int) -> None:
-        self.env[v] = r
+    def bind(self, e: Expr, r: int) -> None:
+        """Register ``r`` holds ``e`` (a dim, or an atom such as ``(H + 1) // 2``)."""
+        self.env[e] = r
+
+    def emit_binding(self, plan: BindPlan, check_message: Callable[[int], str]) -> None:
+        """The binding plan as instructions (shape sources only): loads, binds (a bare dim is
+        its load; ``rest + coef*m`` is ``divides`` then ``fdiv``), checks of sources
+        (``check_message(source)``, a template over ``{got}``/``{want}``), of bound atoms
+        against their operands and of attainability. Messages name the source and where the
+        dims compared come from."""
+        loads: dict[int, int] = {}
+
+        def load(i: int) -> int:
+            if i not in loads:
+                s = plan.sources[i]
+                loads[i] = self.load(s.arg, s.axis)
+            return loads[i]
+
+        for st in plan.steps:
+            s = plan.sources[st.source]
+            if s.is_int:
+                raise TypeError(f"{s.label}: host programs read shapes only")
+            if isinstance(st, Check):
+                self.guard("check", check_message(st.source), load(st.source), self.expr(s.expr))
+            elif isinstance(st, Bind):
+                r = load(st.source)
+                if not st.plain:
+                    if st.rest is not _ZERO:
+                        r = self.emit("sub", r, self.expr(st.rest))
+                    coef = self.expr(st.coef)
+                    rest = "size" if st.rest is _ZERO else f"size - {_atomic(st.rest)}"
+                    self.guard("divides",
+                               f"{s.label}: {rest} = {{got}} is no non-negative multiple of "
+                               f"{st.coef!r} = {{want}}, so no integer {st.target!r} >= 0 gives "
+                               f"size == {s.expr!r}" + _origin(plan, st.rest + st.coef), r, coef)
+                    if st.coef is not _ONE:
+                        r = self.emit("fdiv", r, coef)
+                self.bind(st.target, r)
+            elif isinstance(st, Consistent):
+                have = self.env.pop(st.target)
+                try:
+                    got = self.expr(st.target)
+                finally:
+                    self.env[st.target] = have
+                head = (f"size {{got}} != {st.target!r}" if st.target is s.expr else
+                        f"size gives {st.target!r} = {{got}}, but {st.target!r}")
+                self.guard("check", f"{s.label}: {head} = {{want}}"
+                           + _origin(plan, st.target, operands=True), have, got)
+            elif isinstance(st, Attainable):
+                r = self.emit("sub", self.env[st.target], self.expr(st.low))
+                self.guard("nonneg", f"{s.label}: {st.target!r} is at least {st.low!r} for "
+                           f"dims >= 0, but size - {_atomic(st.low)} = {{got}}"
+                           + _origin(plan, st.low), r)
 
     def guard(self, op: str, text: str, a: int = 0, b: int = 0) -> None:
         """A check instruction ``op`` (``check``, ``positive``, ``rank``) failing with ``text``."""
@@ -323,6 +378,19 @@ class HostBuilder:
             regs[r] = regs[r] or repr(e)
         return HostProgram(tuple(self.instrs), tuple(self.messages), dict(self.slots), self.n,
                            self.n_args, tuple(self.arg_names), tuple(regs))
+
+
+_ZERO, _ONE = lit(0), lit(1)
+
+
+def _atomic(e: Expr) -> str:
+    return repr(e) if isinstance(e, (Lit, Var, FloorDiv, Mod)) else f"({e!r})"
+
+
+def _origin(plan: BindPlan, e: Expr, operands: bool = False) -> str:
+    parts = [plan.origin(c) for c in e.children()] if operands else [plan.origin(e)]
+    text = "; ".join(p for p in parts if p)
+    return escape(f" ({text})") if text else ""
 
 
 def escape(text: str) -> str:

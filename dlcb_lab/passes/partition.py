@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dims import prod
 from ..display import Rich
 from ..ir.graph import Graph, Value
 from ..ir.ops import OpKind
@@ -15,12 +16,18 @@ from ..ir.ops import OpKind
 
 @dataclass(frozen=True)
 class Step:
+    """One thunk step: the materialized ``value`` (IR id ``value_id``) computed by a library call
+    or a generated kernel. ``launches``: kernel launches per call (library: ATen calls; 0 for a
+    generated value of literally no elements, which gets an empty buffer and no kernel). The
+    launch plan (``hostgen.lower``) has one step per step here with launches, in this order."""
+
     index: int
     kind: str                 # "library" or "generated"
     value: str                # the materialized value
     ops: tuple[str, ...]      # ops computed by the step, producer first
     reads: tuple[str, ...]    # buffers read
     launches: int             # kernel launches per call (library: ATen calls)
+    value_id: int = -1
 
 
 @dataclass(frozen=True)
@@ -100,26 +107,33 @@ def fuse(g: Graph, log: list[str]) -> Graph:
                    f"{len(users[pick.id])} kernels")
 
 
-def partition(g: Graph, log: list[str]) -> Graph:
-    """Set ``g.partition``: one step per materialized value with a producer, in graph order.
-    Changes nothing else."""
+def steps(g: Graph) -> tuple[Step, ...]:
+    """The step list: one step per materialized value (``Graph.materialized``), in graph order;
+    a graph input that is an output is a generated ``copy``."""
     mats = g.materialized()
     ids = {v.id for v in mats}
-    steps = []
+    out = []
     for v in mats:
         n = v.producer
         if n is not None and n.op.kind is OpKind.LIBRARY:
             reads = tuple(g.view_chain(x)[0].name for x in n.tensor_inputs())
-            steps.append(Step(len(steps), "library", v.name, (n.op.name,), reads, 1))
+            out.append(Step(len(out), "library", v.name, (n.op.name,), reads, 1, v.id))
             continue
         ops = [x.producer.op.name for x in inlined(g, v, ids)] if n is not None else ["copy"]
-        reads = _reads(g, v, ids)
-        steps.append(Step(len(steps), "generated", v.name, tuple(ops), reads, 1))
-        epi = [r for r in reads if _library_output(g, r)]
-        if epi and len(ops) > 0:
-            log.append(f"%{v.name}: epilogue of {', '.join('%' + r for r in epi)} fused "
-                       f"({' '.join(ops)})")
-    g.partition = Partition(tuple(steps))
+        empty = prod(g.dims(v)).is_lit(0)
+        out.append(Step(len(out), "generated", v.name, tuple(ops), _reads(g, v, ids),
+                        0 if empty else 1, v.id))
+    return tuple(out)
+
+
+def partition(g: Graph, log: list[str]) -> Graph:
+    """Set ``g.partition`` to ``steps(g)``. Changes nothing else."""
+    g.partition = Partition(steps(g))
+    for s in g.partition.steps:
+        epi = [r for r in s.reads if _library_output(g, r)] if s.kind == "generated" else []
+        if epi and s.ops:
+            log.append(f"%{s.value}: epilogue of {', '.join('%' + r for r in epi)} fused "
+                       f"({' '.join(s.ops)})")
     c = g.partition.counts()
     log.insert(0, f"{c['library']} library calls, {c['generated']} generated kernels")
     return g

@@ -11,7 +11,9 @@ stream handle) and packs each argument with an inline expression. Measured on th
 ``k[g, b](...)`` 6.0 µs, a bare ``cuda.core.launch`` 5.4-6.0 µs, ``torch.add(out=)`` 5.9-6.6 µs.
 
 Nothing on the launch path checks that tensors live on the launching device or have the dtype the
-kernel expects: the generated host program owns those guards.
+kernel expects: the generated host program owns those guards. A generated kernel's ``signature``
+is its ABI's ``launch_kinds`` (``kgen.abi``: ``ptr`` per buffer, then ``i64`` for ``numel`` and
+each int param), so the packing order is the ABI's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ..errors import ArgumentError
 
 __all__ = ["CudaKernel", "CudaModule", "cuda_available"]
 
@@ -78,7 +82,7 @@ def _as_ptr(x: Any) -> int:
     try:
         return x.__cuda_array_interface__["data"][0]
     except AttributeError:
-        raise TypeError(f"cannot pass {type(x).__name__} as a device pointer") from None
+        raise ArgumentError(f"cannot pass {type(x).__name__} as a device pointer") from None
 
 
 # cuda.core packs a Python int as intptr_t (8 bytes) and a Python float as double, so i64/f64 need
@@ -121,7 +125,8 @@ def _make_caller(k: CudaKernel) -> Callable[..., None]:
     )
 
     def arity(got: int) -> None:
-        raise TypeError(f"kernel {k.name}({', '.join(k.signature)}) takes {len(params)} arguments, got {got}")
+        raise ArgumentError(f"kernel {k.name}({', '.join(k.signature)}) takes {len(params)} "
+                            f"arguments, got {got}")
 
     def load(dev: int) -> Any:
         kern = k._kernels[dev] = k.module.get_function(k.name, dev)
@@ -144,9 +149,9 @@ class _StreamHandle:
     def __init__(self, owner: Any):
         h = owner if isinstance(owner, int) else getattr(owner, "handle", None)
         if h is None:
-            raise TypeError(f"cannot use {type(owner).__name__} as a CUDA stream (expected a "
-                            f"torch.cuda.Stream, a cuda.core Stream, a numba.cuda stream, an "
-                            f"object with __cuda_stream__ or a raw stream handle)")
+            raise ArgumentError(f"cannot use {type(owner).__name__} as a CUDA stream (expected a "
+                                f"torch.cuda.Stream, a cuda.core Stream, a numba.cuda stream, an "
+                                f"object with __cuda_stream__ or a raw stream handle)")
         h = h.value if hasattr(h, "value") else h   # ctypes c_void_p
         self.owner, self.handle = owner, int(h or 0)
 
@@ -286,12 +291,13 @@ class CudaKernel:
 
     def _bind(self, launch_cfg: tuple) -> Callable[..., None]:
         if not isinstance(launch_cfg, tuple) or len(launch_cfg) not in (2, 3):
-            raise TypeError(f"{self.name}[...] takes (grid, block) or (grid, block, stream)")
+            raise ArgumentError(f"{self.name}[...] takes (grid, block) or (grid, block, stream)")
         grid, block, stream = launch_cfg if len(launch_cfg) == 3 else (*launch_cfg, None)
         return functools.partial(self._call, _config(grid, block), stream)
 
     def __call__(self, *args: Any) -> None:
-        raise TypeError(f"launch with {self.name}[grid, block](...) or {self.name}[grid, block, stream](...)")
+        raise ArgumentError(f"launch with {self.name}[grid, block](...) or "
+                            f"{self.name}[grid, block, stream](...)")
 
     def __repr__(self) -> str:
         return f"CudaKernel({self.name}({', '.join(self.signature)}))"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ShapeMismatch
+from ..kgen.abi import pack
 
 BLOCK = 256
 MAX_GRID = 1 << 16
@@ -21,7 +22,8 @@ NARROW_LIMIT = (1 << 31) - (1 << 25)
 
 
 class CpuLauncher:
-    """numba kernel ``fn(out, *ins, numel, *params)`` over flat views of CPU tensors."""
+    """numba kernel ``fn(out, *ins, numel, *params)`` (``kgen.abi``) over flat views of CPU
+    tensors."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -35,7 +37,7 @@ class CpuLauncher:
         return numel, 1
 
     def __call__(self, variant: int, numel: int, out: torch.Tensor, ins, params, narrow=False):
-        self.fn(_flat_array(out), *[_flat_array(a) for a in ins], numel, *params)
+        self.fn(*pack(_flat_array(out), [_flat_array(a) for a in ins], numel, params))
 
 
 def _flat_array(t: torch.Tensor):
@@ -47,9 +49,9 @@ def _flat_array(t: torch.Tensor):
 
 
 class CudaLauncher:
-    """``CudaKernel``s ``(out, *ins, numel, *params)`` keyed by (variant, narrow). The cooperative
-    variant is chosen when the reduced extent is large enough to occupy a block and either the
-    outputs alone would not fill the GPU or the extent is long."""
+    """``CudaKernel``s ``(out, *ins, numel, *params)`` (``kgen.abi``) keyed by (variant,
+    narrow). The cooperative variant is chosen when the reduced extent is large enough to occupy
+    a block and either the outputs alone would not fill the GPU or the extent is long."""
 
     def __init__(self, kernels: dict, sm_count: int = 132):
         self.kernels = kernels
@@ -67,7 +69,8 @@ class CudaLauncher:
         return min(MAX_GRID, numel if variant else -(-numel // BLOCK)), BLOCK
 
     def __call__(self, variant: int, numel: int, out, ins, params, narrow=False):
-        self.kernels[variant, narrow][self.geometry(variant, numel)](out, *ins, numel, *params)
+        k = self.kernels[variant, narrow]
+        k[self.geometry(variant, numel)](*pack(out, ins, numel, params))
 
 
 def check_index(t: torch.Tensor, extent: int, what: str) -> None:

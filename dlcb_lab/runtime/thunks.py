@@ -3,16 +3,18 @@
 ``StaticThunk`` serves exactly the traced shapes (host program evaluated once at build time);
 ``DynamicAOTThunk`` serves any shapes of the traced ranks and dtypes: it runs the host program
 (binding named dims, checking constraints, computing launch slots), allocates outputs and launches.
-Both validate operands (count, tensor, layout, dtype, device) before anything else.
-``Thunk.launches(shapes)`` says, without running anything, what a call with those shapes does: the
-host program's trace, then per step the kernel variant, entry point, element count and int params,
-or the library call and its arguments.
+Both validate operands (count, tensor, layout, dtype, device: ``runtime.args.check_inputs``, ``dl``
+errors) before anything else. One step walker (``Thunk._walk``) goes over the launch plan and
+decides each step (variant, index width); ``__call__`` runs what it yields, and
+``Thunk.launches(shapes)`` reports it without running anything: the host program's trace, then per
+step the kernel variant, entry point, element count and int params, or the library call and its
+arguments.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -21,6 +23,7 @@ from ..errors import ShapeMismatch
 from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src, VariantLaunch
 from ..hostgen.program import HostProgram, HostTrace
 from ..kgen.emit import NARROW
+from .args import check_inputs
 from .launchers import NARROW_LIMIT, check_index
 
 
@@ -96,31 +99,8 @@ class Thunk(Rich):
         self.calls = 0
 
     def _check_args(self, args: tuple) -> list[torch.Tensor]:
-        if len(args) != len(self.in_dtypes):
-            raise TypeError(f"expected {len(self.in_dtypes)} tensor inputs "
-                            f"({', '.join(self.in_names)}), got {len(args)}")
-        out = []
-        for i, (t, dt) in enumerate(zip(args[:self.n_user], self.in_dtypes)):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"input {i} '{self.in_names[i]}': expected a torch.Tensor, got "
-                                f"{type(t).__name__}")
-            if t.layout is not torch.strided:
-                raise TypeError(f"input {i} '{self.in_names[i]}': layout {t.layout} unsupported "
-                                f"(strided tensors only)")
-            if t.dtype != dt:
-                raise TypeError(f"input {i} '{self.in_names[i]}': dtype {t.dtype} != compiled {dt}")
-            if t.device.type != self.device or (out and t.device != out[0].device):
-                where = f"{out[0].device} (input 0)" if out else self.device
-                raise ValueError(f"input {i} '{self.in_names[i]}': on {t.device}, expected {where}")
-            if t.requires_grad:   # inference only: outputs carry no autograd history
-                t = t.detach()
-            out.append(t if t.is_contiguous() else t.contiguous())
-        consts = args[self.n_user:]
-        if consts and out and consts[0].device != out[0].device:
-            raise ValueError(f"inputs on {out[0].device}, the module's parameters on "
-                             f"{consts[0].device}")
-        out.extend(consts)
-        return out
+        """The call's tensors (``runtime.args.check_inputs``)."""
+        return check_inputs(args, self.in_dtypes, self.in_names, self.device, self.n_user)
 
     def _registers(self, tensors: list[torch.Tensor]) -> list[int]:
         return self._run_host([t.shape for t in tensors])
@@ -135,30 +115,47 @@ class Thunk(Rich):
         v = launcher.choose(r[step.numel], r[step.extent]) if step.extent is not None else 0
         return v, step.variants[v], self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT
 
+    def _walk(self, r: Sequence[int]) -> Iterator[tuple]:
+        """The one step walker over the launch plan, for registers ``r`` (``__call__`` runs what
+        it yields, ``launches`` reports it): per step, in order, ``(index, step, frees, shape,
+        launch)`` with ``shape`` the output buffer's, ``launch`` None for a library call, else
+        ``(launcher, numel, variant index, variant, narrow)`` (variant 0 when ``numel`` is 0:
+        nothing is launched)."""
+        bufs = self.plan.buffers
+        kernels = iter(self.launchers)     # one launcher per kernel step, in plan order
+        for i, (step, frees) in enumerate(zip(self.plan.steps, self.plan.frees)):
+            shape = [r[k] for k in bufs[step.out].shape_regs]
+            if isinstance(step, LibraryCall):
+                yield i, step, frees, shape, None
+                continue
+            launcher = next(kernels)
+            n = r[step.numel]
+            v, var, narrow = self._choose(step, launcher, r) if n else (0, step.variants[0], False)
+            yield i, step, frees, shape, (launcher, n, v, var, narrow)
+
     def launches(self, shapes: Sequence[Sequence[int]]) -> LaunchTrace:
         """What a call with input ``shapes`` (one per input, constants included) does, decided as
-        ``__call__`` decides it; nothing is allocated or launched. Never raises: a shape the call
-        refuses gives ``error`` (the ``ShapeMismatch`` message) and no steps."""
+        ``__call__`` decides it (the same walker); nothing is allocated or launched. Never
+        raises: a shape the call refuses gives ``error`` (the ``ShapeMismatch`` message) and no
+        steps."""
         trace = self.host.trace(shapes)
         error = trace.error or self._shape_error(trace.shapes)
         if error is not None:
             return LaunchTrace(self.kind, self.device, trace, (), error)
         r, plan, out = trace.registers, self.plan, []
-        launchers = iter(self.launchers)
-        for i, (step, frees) in enumerate(zip(plan.steps, plan.frees)):
-            b = plan.buffers[step.out]
-            common = dict(index=i, out=b.value, shape=tuple(r[k] for k in b.shape_regs),
+        for i, step, frees, shape, launch in self._walk(r):
+            common = dict(index=i, out=plan.buffers[step.out].value, shape=tuple(shape),
                           frees=tuple(plan.buffers[j].value for j in frees))
-            if isinstance(step, LibraryCall):
+            if launch is None:
                 out.append(StepLaunch(kind="library", name=step.op.name,
                                       params=tuple(step.kwargs(r).items()), **common))
                 continue
-            launcher, n = next(launchers), r[step.numel]
-            v, var, narrow = self._choose(step, launcher, r) if n else (0, step.variants[0], False)
+            launcher, n, v, var, narrow = launch
             grid, block = launcher.geometry(v, n)
             out.append(StepLaunch(kind="kernel", name=var.name + NARROW * narrow,
                                   params=tuple(zip(var.param_names, (r[p] for p in var.params))),
-                                  numel=n, variant=v, narrow=narrow, index_bound=r[step.index_bound],
+                                  numel=n, variant=v, narrow=narrow,
+                                  index_bound=r[step.index_bound],
                                   extent=None if step.extent is None else r[step.extent],
                                   grid=grid, block=block, **common))
         return LaunchTrace(self.kind, self.device, trace, tuple(out), None)
@@ -180,20 +177,16 @@ class Thunk(Rich):
                                                 device=dev)
             return t
 
-        launchers = iter(self.launchers)
-        for step, frees in zip(plan.steps, plan.frees):
-            b = plan.buffers[step.out]
-            shape = [r[k] for k in b.shape_regs]
-            if isinstance(step, LibraryCall):
+        for _, step, frees, shape, launch in self._walk(r):
+            if launch is None:
                 bufs[step.out] = _library(step, [get(o) for o, _ in step.operands], r, shape)
             else:
-                launcher = next(launchers)
+                launcher, n, v, var, narrow = launch
                 for o, reg, what in step.index_checks:
                     check_index(get(o), r[reg], what)
-                out = bufs[step.out] = torch.empty(shape, dtype=b.dtype, device=dev)
-                n = r[step.numel]
+                out = bufs[step.out] = torch.empty(shape, dtype=plan.buffers[step.out].dtype,
+                                                   device=dev)
                 if n:
-                    v, var, narrow = self._choose(step, launcher, r)
                     launcher(v, n, out, [get(o) for o in var.operands], [r[p] for p in var.params],
                              narrow)
             for j in frees:

@@ -1,0 +1,152 @@
+"""One kernel ABI (``kgen.abi``) and one launch plan: the CUDA and numba sources print the ABI's
+parameter list (checked against the source text and, for CUDA, compiled with NVRTC to an sm_90
+cubin, no GPU needed), the launchers pack in its order, direct-launch signatures are read from it;
+the launch plan's steps are the partition's steps, in order; the thunk's one step walker gives
+``launches`` exactly what ``__call__`` launches; one guard list for the host and direct launches."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import dlcb_lab as dl
+from dlcb_lab.bridge.fx import lower_to_ir, trace
+from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, pack
+from dlcb_lab.kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, numba_kernel,
+                                numba_signature, signature)
+from dlcb_lab.kgen.infer import infer_kernels
+from dlcb_lab.runtime.nvrtc import compile_cubin
+
+from harness import Recorder
+from models import BY_NAME, CASES
+
+NAMES = ["binary", "reductions", "softmax", "mixed"]
+
+
+def bodies_of(name: str):
+    case = BY_NAME[name]
+    g = lower_to_ir(trace(case.module()), list(case.inputs(3)), case.dynamic)
+    return infer_kernels(g, cooperative=True)
+
+
+def _cuda_params(src: str, entry: str) -> list[str]:
+    m = re.search(rf'extern "C" __global__ void {entry}\(([^)]*)\)', src)
+    assert m, entry
+    return [p.strip() for p in m.group(1).split(",")]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sources_print_the_abi(name):
+    for k in all_variants(bodies_of(name)):
+        a = abi(k)
+        assert [p.kind for p in a.params] == sorted((p.kind for p in a.params), key=ORDER.index)
+        want = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
+                if p.is_buffer else f"long long {p.name}" for p in a.params]
+        src = cuda_kernel(k)
+        for suffix in ("", NARROW):                       # both index widths, one parameter list
+            assert _cuda_params(src, k.name + suffix) == want
+        assert signature(k) == a.launch_kinds == tuple(
+            "ptr" if p.is_buffer else "i64" for p in a.params)
+        if not k.cooperative:
+            py = numba_kernel(k)
+            assert f"def {k.name}({', '.join(a.names)}):" in py
+            assert numba_signature(k).count("[::1]") == len(a.buffers)
+            assert numba_signature(k).count("int64") == len(a.ints)
+        assert [p.value for p in a.buffers] == [k.out, *k.inputs]
+        assert [(p.name, p.expr) for p in a.int_params] == list(k.params)
+        assert a.ints[0].name == "numel" and a.ints[0].expr is k.numel
+
+
+def test_cuda_abi_compiles_with_nvrtc():
+    """The parameter lists the ABI prints are valid CUDA: one module, every entry point."""
+    for n in ("reductions", "mixed"):
+        assert compile_cubin(cuda_module(bodies_of(n)), arch="sm_90")[:4] == b"\x7fELF"
+
+
+def test_abi_order_enforced_and_pack():
+    out, numel = Param("out", "out"), Param("numel", "numel")
+    EntryABI("k", (out, Param("in0", "in"), numel, Param("p", "int")))
+    for bad in [(Param("in0", "in"), out, numel), (out, numel, Param("in0", "in")),
+                (out, Param("p", "int"), numel), (out,)]:
+        with pytest.raises(dl.BuildError, match="out of ABI order"):
+            EntryABI("k", bad)
+    assert pack("o", ["a", "b"], 7, [1, 2]) == ("o", "a", "b", 7, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def convpool():
+    class ConvPool(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(torch.relu(self.c(x)), 2, 2,
+                                                  ceil_mode=True).sum(-1) + 1
+
+    torch.manual_seed(0)
+    return dl.compile(ConvPool().eval(), (torch.randn(2, 3, 9, 11),),
+                      dynamic={0: {0: "N", 2: "H", 3: "W"}}, backend="cpu")
+
+
+def test_plan_steps_are_the_partition_steps(convpool):
+    p = convpool.pipeline
+    part, plan = p.partition.steps, p.launch_plan
+    assert [s.step for s in plan.steps] == [s.index for s in part if s.launches]
+    for st in plan.steps:
+        ps = part[st.step]
+        assert plan.buffers[st.out].value == ps.value
+        assert ps.kind == ("library" if hasattr(st, "op") else "generated")
+    assert len(plan.kernels) == len(p.kernels) == sum(1 for s in part if s.kind == "generated")
+
+
+def test_one_walker(convpool, monkeypatch):
+    """``launches`` reports, step by step, exactly what ``__call__`` launches."""
+    th = convpool.pipeline.thunks[0]
+    log: list = []
+    monkeypatch.setattr(th, "launchers", [Recorder(f, log) for f in th.launchers])
+    x = torch.randn(3, 3, 13, 10)
+    convpool(x)
+    t = convpool.trace(x)
+    assert t.ok
+    assert [(s.variant, s.numel, tuple(v for _, v in s.params), s.narrow)
+            for s in t.steps if s.kind == "kernel"] == log
+    assert [s.kind for s in t.steps] == [
+        "library" if ps.kind == "library" else "kernel"
+        for ps in convpool.pipeline.partition.steps if ps.launches]
+
+
+def test_direct_signatures_read_the_abi_and_the_one_guard_list(convpool):
+    p = convpool.pipeline
+    guards = p.launch_plan.guards
+    for k in p.kernels:
+        for v, sig in zip(k.body.variants(), k.signatures):
+            a = abi(v)
+            assert tuple(b.name for b in sig.buffers) == tuple(q.name for q in a.buffers)
+            assert sig.int_names == tuple(q.name for q in a.ints)
+            assert all(any(gd is h for h in guards) for gd in sig.guards)
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=lambda c: c.name)
+def test_cpu_launcher_packs_in_abi_order(case, monkeypatch):
+    """The numba function receives ``pack(out, ins, numel, params)``."""
+    cm = dl.compile(case.module(), case.inputs(2), dynamic=case.dynamic, backend="cpu")
+    seen = []
+    for ln, k in zip(cm.pipeline.thunks[0].launchers, cm.pipeline.kernels):
+        fn = ln.fn
+
+        def spy(*args, fn=fn, k=k):
+            seen.append((k, args))
+            return fn(*args)
+
+        monkeypatch.setattr(ln, "fn", spy)
+    cm(*case.inputs(5))
+    assert seen
+    for k, args in seen:
+        a = abi(k.body)
+        assert len(args) == len(a.params)
+        assert [x.dtype.itemsize for x in args[:len(a.buffers)]] == \
+            [p.dtype.torch.itemsize for p in a.buffers]
+        assert all(isinstance(x, int) for x in args[len(a.buffers):])
