@@ -2,17 +2,20 @@
 
     import dlcb_lab as dl
     cm = dl.compile(module, example_inputs, dynamic={0: {0: "N"}}, backend="auto")
-    y = cm(x)
+    y = cm(x)     # or cm(x=x): called as the module's forward
     cm.pipeline   # .graph, .constraints, .solver_trace, .dims, .kernels, .host_program, .thunks
     dl.explore(module, example_inputs, dynamic=...)   # every stage in a notebook (cm.report())
 """
 
-from .api import CompiledModule, Pipeline, compile
+from .api import CompiledModule, compile
 from .dims import Contradiction
-from .errors import (DLError, DTypeError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp)
+from .errors import (ArgumentError, BuildError, DeviceError, DLError, DTypeError, LayoutError,
+                     ShapeError, ShapeMismatch, SpecError, UnsupportedOp)
+from .records import Kernel, Pipeline
 
-__all__ = ["compile", "explore", "CompiledModule", "Pipeline", "DLError", "ShapeError",
-           "Contradiction", "ShapeMismatch", "UnsupportedOp", "DTypeError", "SpecError"]
+__all__ = ["compile", "explore", "CompiledModule", "Pipeline", "Kernel", "DLError", "ShapeError",
+           "Contradiction", "ShapeMismatch", "UnsupportedOp", "DTypeError", "SpecError",
+           "ArgumentError", "DeviceError", "LayoutError", "BuildError"]
 
 
 def explore(model, example_inputs, **compile_kwargs):

@@ -1,202 +1,132 @@
 """``dl.compile``: torch module + example inputs -> a compiled module that serves every shape the
-constraints admit, compiled once (kernels built once per compile, never per call)."""
+constraints admit, compiled once (kernels built once per compile, never per call).
+
+``compile`` is the pipeline, one named and timed step per stage: capture (torch.fx) -> lower (IR;
+constraints solved as ops are added) -> generalize (the declared dynamic dims stay free) ->
+passes -> kgen (coordinate inference) -> hostgen (host program, launch plan) -> build (kernels
+compiled, thunk assembled). The stage objects are kept in a ``records.Pipeline``."""
 
 from __future__ import annotations
 
-import functools
+import inspect
 import time
-import warnings
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from .bridge.fx import lower_to_ir, trace
-from .dims import Constraints, DimKind, Expr, Lit, SolverTrace
+from .bridge.generalize import check_generalization
+from .dims import DimKind
 from .display import Rich
-from .errors import ShapeError, ShapeMismatch, SpecError
-from .hostgen.lower import LaunchPlan, dim_origins, lower
+from .errors import ArgumentError, ShapeError, ShapeMismatch, SpecError
+from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
-from .kgen.emit import CUDA_PRELUDE, cuda_kernel, numba_kernel
 from .kgen.infer import infer_kernels, materialized_values
-from .kgen.kir import CoordMap, KernelBody
-from .passes import Partition, PassRecord, run_passes
+from .kgen.kir import KernelBody
+from .passes import PassRecord, run_passes
+from .records import DimTable, Kernel, Pipeline
 from .runtime.build import build_kernels
-from .runtime.direct import (BoundLaunch, DirectKernel, DirectLaunch, KernelSignature,
-                             graph_guards, kernel_signatures)
-from .runtime.thunks import DynamicAOTThunk, LaunchTrace, StaticThunk, Thunk
+from .runtime.direct import kernel_signatures
+from .runtime.thunks import DynamicAOTThunk, LaunchTrace, StaticThunk
+
+__all__ = ["compile", "CompiledModule", "CallSignature"]
+
+_P = inspect.Parameter
 
 
 @dataclass(frozen=True)
-class DimRow:
-    value: str
-    axis: int
-    expr: Expr
-    kind: DimKind
+class CallSignature:
+    """The compiled module's call interface: ``forward``'s parameters, one tensor input of the
+    graph each, in order. ``kinds`` are ``inspect.Parameter`` kinds (positional-only,
+    positional-or-keyword, keyword-only); ``defaults`` the ``repr`` of a parameter's default, or
+    None. A default is never used: the graph was traced with the example given for that
+    parameter, so a call must pass every input. Picklable (names and strings only)."""
 
+    names: tuple[str, ...]
+    kinds: tuple[int, ...]
+    defaults: tuple[str | None, ...]
 
-@dataclass(frozen=True)
-class DimTable(Rich):
-    """Every axis of every value after the solve, classified LITERAL / NAMED / RESIDUAL."""
+    @classmethod
+    def of(cls, forward: Callable, names: Sequence[str]) -> "CallSignature":
+        """``forward``'s signature if its parameters are the traced inputs ``names``; else (a
+        ``*args`` parameter, a wrapped forward) the inputs by position only."""
+        try:
+            ps = list(inspect.signature(forward).parameters.values())
+        except (TypeError, ValueError):
+            ps = []
+        if [p.name for p in ps] != list(names) or \
+                any(p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) for p in ps):
+            return cls(tuple(names), (int(_P.POSITIONAL_ONLY),) * len(names), (None,) * len(names))
+        return cls(tuple(p.name for p in ps), tuple(int(p.kind) for p in ps),
+                   tuple(None if p.default is _P.empty else _short_repr(p.default) for p in ps))
 
-    rows: tuple[DimRow, ...]
+    def bind(self, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
+        """``args`` and ``kwargs`` as one positional tuple, bound as Python binds a call to
+        ``forward``; ``ArgumentError`` naming the parameter at fault."""
+        n = len(self.names)
+        if not kwargs and len(args) == n and _P.KEYWORD_ONLY not in self.kinds:
+            return args   # the common call: every input by position
+        positional = [i for i, k in enumerate(self.kinds) if k != _P.KEYWORD_ONLY]
+        if len(args) > len(positional):
+            raise ArgumentError(f"{self._expected(len(args) + len(kwargs))}: takes at most "
+                                f"{len(positional)} positional argument(s), got {len(args)}")
+        bound: dict[int, Any] = dict(zip(positional, args))
+        for key, value in kwargs.items():
+            i = self.names.index(key) if key in self.names else -1
+            if i < 0:
+                raise ArgumentError(f"unexpected keyword argument {key!r} "
+                                    f"({self._expected(len(args) + len(kwargs))})")
+            if self.kinds[i] == _P.POSITIONAL_ONLY:
+                raise ArgumentError(f"input {i} {key!r} is positional-only, passed as keyword")
+            if i in bound:
+                raise ArgumentError(f"input {i} {key!r} given twice (by position and keyword)")
+            bound[i] = value
+        missing = [i for i in range(n) if i not in bound]
+        if missing:
+            what = ", ".join(f"input {i} {self.names[i]!r}" + (
+                f" (its default {self.defaults[i]} was not traced: the compile took an example "
+                f"tensor for it)" if self.defaults[i] is not None else "") for i in missing)
+            raise ArgumentError(f"missing {what} ({self._expected(len(bound))})")
+        return tuple(bound[i] for i in range(n))
 
-    def of(self, value: str) -> tuple[DimRow, ...]:
-        return tuple(r for r in self.rows if r.value == value)
-
-    def counts(self) -> dict[str, int]:
-        out = {k.value: 0 for k in DimKind}
-        for r in self.rows:
-            out[r.kind.value] += 1
-        return out
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([(r.value, r.axis, repr(r.expr), r.kind.value) for r in self.rows],
-                            columns=["value", "axis", "expr", "kind"])
+    def _expected(self, got: int) -> str:
+        return f"expected {len(self.names)} tensor inputs ({', '.join(self.names)}), got {got}"
 
     def __repr__(self) -> str:
-        lines = [f"DimTable {self.counts()}"]
-        by: dict[str, list[DimRow]] = {}
-        for r in self.rows:
-            by.setdefault(r.value, []).append(r)
-        for v, rs in by.items():
-            lines.append(f"  %{v}: [" + ", ".join(f"{r.expr!r}:{r.kind.value[0].upper()}"
-                                                    for r in rs) + "]")
-        return "\n".join(lines)
+        """As ``inspect`` prints a signature: ``(x, /, y=None, *, z)``."""
+        parts: list[str] = []
+        for i, (name, kind, d) in enumerate(zip(self.names, self.kinds, self.defaults)):
+            if kind == _P.KEYWORD_ONLY and (not i or self.kinds[i - 1] != _P.KEYWORD_ONLY):
+                parts.append("*")
+            parts.append(name if d is None else f"{name}={d}")
+            if kind == _P.POSITIONAL_ONLY and self.kinds[i + 1:i + 2] != (_P.POSITIONAL_ONLY,):
+                parts.append("/")
+        return f"({', '.join(parts)})"
 
 
-@dataclass(frozen=True)
-class Kernel(Rich):
-    """A generated kernel: its body, coordinate map and source in the chosen backend's language.
-    ``cuda_source`` is self-contained (prelude included): it compiles with NVRTC as shown.
-
-    Launchable like a numba.cuda kernel, on the compiled module's built code:
-    ``k[grid, block](out, in0, ..)``, ``k[grid, block, stream](..)``, ``k.forall(numel)(..)``.
-    Buffers are torch tensors or ``__cuda_array_interface__`` objects (CUDA), torch tensors or
-    numpy arrays (CPU); the int arguments (``numel, params..``) are derived from their shapes and
-    may be passed after them (then checked). Dtype, device, contiguity and every axis against
-    ``signature`` are checked before the launch (``runtime.direct``); ``check(*args)`` resolves a
-    launch without running it. CPU kernels validate ``grid``/``block`` and ignore them (numba
-    runs one ``prange`` iteration per output element). ``variant(1)``: the block-per-output
-    variant of a CUDA reduction."""
-
-    body: KernelBody
-    backend: str
-    signatures: tuple[KernelSignature, ...] = ()
-    """One per variant: buffers with dtype and solved shape, ``numel`` and params expressions."""
-    launcher: Any = field(default=None, repr=False, compare=False)
-    """The built launcher (``runtime.launchers``), shared with the thunk; None when not built."""
-
-    @property
-    def source(self) -> str:
-        """Source in the backend's language (with the cooperative variant, if any)."""
-        return self.cuda_source if self.backend == "cuda" else self.numba_source
-
-    @property
-    def name(self) -> str:
-        return self.body.name
-
-    @property
-    def coord_map(self) -> CoordMap:
-        return self.body.coord_map
-
-    @property
-    def cuda_source(self) -> str:
-        return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(v) for v in self.body.variants())
-
-    @property
-    def numba_source(self) -> str:
-        return numba_kernel(self.body)
-
-    @property
-    def signature(self) -> KernelSignature:
-        """The launch contract of the plain variant (one thread per output element)."""
-        return self.variant(0).signature
-
-    @functools.cached_property
-    def _direct(self) -> tuple[DirectKernel, ...]:
-        if self.launcher is None or not self.signatures:
-            raise RuntimeError(f"kernel {self.name} is not built (no launcher): launch the "
-                               f"kernels of a compiled module's pipeline")
-        return tuple(DirectKernel(s, self.launcher) for s in self.signatures)
-
-    def variant(self, i: int = 0) -> DirectKernel:
-        """Variant ``i`` as a launchable kernel: 0 one thread per output element, 1 (CUDA
-        reductions) one block per output element."""
-        ks = self._direct
-        if not 0 <= i < len(ks):
-            raise IndexError(f"kernel {self.name} has {len(ks)} variant(s), not {i}")
-        return ks[i]
-
-    def __getitem__(self, config: tuple) -> BoundLaunch:
-        """``k[grid, block]`` or ``k[grid, block, stream]``: call the result with the arguments."""
-        return self.variant(0)[config]
-
-    def forall(self, numel: int, stream: Any = None) -> BoundLaunch:
-        """Configured as the thunk launches ``numel`` output elements (``launcher.geometry``)."""
-        return self.variant(0).forall(numel, stream)
-
-    def check(self, *args: Any) -> DirectLaunch:
-        """Check arguments as a launch does and resolve entry point, ``numel`` and params."""
-        return self.variant(0).check(*args)
-
-    def __repr__(self) -> str:
-        ps = ", ".join(f"{n}={e!r}" for n, e in self.body.params)
-        return f"Kernel {self.name} [{self.backend}] out %{self.body.out.name} params ({ps})"
-
-
-@dataclass(frozen=True)
-class Pipeline(Rich):
-    """Every stage object of one compile."""
-
-    graph: Graph
-    constraints: Constraints
-    solver_trace: SolverTrace
-    residuals: Constraints
-    dims: DimTable
-    kernels: tuple[Kernel, ...]
-    host_program: HostProgram
-    launch_plan: LaunchPlan
-    thunks: tuple[Thunk, ...]
-    timings: Mapping[str, float] = field(default_factory=dict)
-    passes: tuple[PassRecord, ...] = ()
-
-    @property
-    def partition(self) -> Partition:
-        """The per-step table: library calls and generated kernels, the ops each computes."""
-        return self.graph.partition
-
-    def __repr__(self) -> str:
-        t = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
-        return (f"Pipeline: {len(self.graph.nodes)} ops, {len(self.constraints)} constraints, "
-                f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual, "
-                f"dims {self.dims.counts()}, {len(self.kernels)} kernels, "
-                f"{len(self.host_program.instrs)} host instructions, thunks "
-                f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}")
+def _short_repr(x: Any, limit: int = 40) -> str:
+    r = repr(x)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 class CompiledModule(Rich):
-    """Callable result of ``dl.compile``. Returns a tensor (or a tuple for several outputs).
-    Pickles without its loaded kernels; unpickling rebuilds them (from the kernel cache)."""
+    """Callable result of ``dl.compile``: called as the module's ``forward`` (positional and
+    keyword arguments), returns a tensor (or a tuple for several outputs). Pickles without its
+    loaded kernels; unpickling rebuilds them (from the kernel cache)."""
 
-    def __init__(self, pipeline: Pipeline, single: bool, kernel_builds: int,
-                 constants: Sequence[torch.Tensor] = ()):
+    def __init__(self, pipeline: Pipeline, signature: CallSignature, single: bool,
+                 kernel_builds: int, constants: Sequence[torch.Tensor] = ()):
         self.pipeline = pipeline
+        self.signature = signature
         self._thunk = pipeline.thunks[0]
         self._single = single
         self._kernel_builds = kernel_builds
         self._constants = tuple(constants)
-        self._n_user = len(pipeline.graph.inputs) - len(self._constants)
 
-    def __call__(self, *args: torch.Tensor):
-        if len(args) != self._n_user:
-            names = [v.name for v in self.pipeline.graph.inputs[:self._n_user]]
-            raise TypeError(f"expected {self._n_user} tensor inputs ({', '.join(names)}), "
-                            f"got {len(args)}")
-        out = self._thunk(*args, *self._constants)
+    def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        out = self._thunk(*self.signature.bind(args, kwargs), *self._constants)
         return out[0] if self._single else out
 
     def stats(self) -> dict[str, Any]:
@@ -231,10 +161,96 @@ class CompiledModule(Rich):
         shapes = th.shapes if isinstance(th, StaticThunk) else None
         p = self.pipeline
         p = replace(p, thunks=(), kernels=tuple(replace(k, launcher=None) for k in p.kernels))
-        return (_restore, (p, self._single, self._constants, th.device, shapes))
+        return (_restore, (p, self.signature, self._single, self._constants, th.device, shapes))
 
     def __repr__(self) -> str:
-        return f"CompiledModule({self._thunk!r})"
+        return f"CompiledModule{self.signature!r}: {self._thunk!r}"
+
+
+# --- the pipeline ---------------------------------------------------------------------------------
+
+def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+            dynamic: Mapping[int | str, Mapping[int, str]] | bool = False,
+            backend: str = "auto", strict: bool = True) -> CompiledModule:
+    """Compile ``module`` once for the shapes ``dynamic`` admits.
+
+    ``dynamic`` maps an input (position, or parameter name of ``forward``) to ``{axis: dim name}``
+    (negative axes count from the end); ``False`` compiles the example shapes statically. A dim
+    declared dynamic that the program fixes to a literal raises ``ShapeError`` (a warning with
+    ``strict=False``). The example inputs must satisfy the compiled constraints. Raises
+    ``ShapeError`` for incompatible shapes, ``UnsupportedOp`` for ops outside the supported set,
+    ``DTypeError`` for dtypes an op rejects, ``SpecError`` for malformed arguments.
+    """
+    examples = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else \
+        tuple(example_inputs)
+    backend = _resolve_backend(backend)
+    step = _Steps()
+    gm = step("capture", trace, module)
+    g = step("lower", lower_to_ir, gm, examples, dynamic)
+    step("generalize", check_generalization, g, strict)
+    g, pass_records = step("passes", run_passes, g)
+    bodies = step("kgen", infer_kernels, g, cooperative=backend == "cuda")
+    host, plan, consts, shapes = step("hostgen", _hostgen, g, bodies, examples, backend)
+    pipe = _pipeline(g, bodies, host, plan, pass_records, backend, step.timings)
+    pipe, builds = step("build", _make_thunk, pipe, backend, shapes if _static(g) else None)
+    signature = CallSignature.of(getattr(module, "forward", module),
+                                 [v.name for v in g.inputs[:len(examples)]])
+    return CompiledModule(pipe, signature, len(g.outputs) == 1, builds, consts)
+
+
+class _Steps:
+    """Runs the pipeline's steps, recording each one's wall time under its name."""
+
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+
+    def __call__(self, name: str, fn: Callable, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.timings[name] = time.perf_counter() - t0
+
+
+def _resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if backend not in ("cpu", "cuda"):
+        raise SpecError(f"backend must be 'auto', 'cpu' or 'cuda', not {backend!r}")
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise SpecError("backend='cuda' but torch sees no CUDA device")
+    return backend
+
+
+def _hostgen(g: Graph, bodies: Sequence[KernelBody], examples: Sequence[torch.Tensor],
+             backend: str) -> tuple[HostProgram, LaunchPlan, list[torch.Tensor], list[tuple]]:
+    """The host program and launch plan; the module's parameters and buffers on the backend's
+    device (the same storage when already there; contiguous, so calls need not check them); the
+    example call's shapes, which the host program must accept."""
+    host, plan = lower(g, materialized_values(g), bodies)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
+    consts = [c.detach().to(device).contiguous() for _, c in g.constants]
+    shapes = [tuple(x.shape) for x in examples] + [tuple(c.shape) for c in consts]
+    try:
+        host.interpret(shapes)
+    except ShapeMismatch as err:
+        raise ShapeError(f"the example inputs violate the compiled program: {err}") from None
+    return host, plan, consts, shapes
+
+
+def _static(g: Graph) -> bool:
+    """Every input axis a literal: a static thunk (one host-program run, at compile time)."""
+    return all(g.solver.classify(d) is DimKind.LITERAL for v in g.inputs for d in v.shape.items)
+
+
+def _pipeline(g: Graph, bodies: Sequence[KernelBody], host: HostProgram, plan: LaunchPlan,
+              passes: Sequence[PassRecord], backend: str, timings: dict[str, float]) -> Pipeline:
+    """The stage records of a compile, before the build (no thunk, kernels without launchers)."""
+    sol = g.solver.solution()
+    kernels = tuple(Kernel(b, backend, kernel_signatures(b, g.dims, plan.guards))
+                    for b in bodies)   # the host program's guards (hostgen.guards), once
+    return Pipeline(g, sol.constraints, sol.trace, sol.residuals, DimTable.of_graph(g), kernels,
+                    host, plan, (), timings, tuple(passes))
 
 
 def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Pipeline, int]:
@@ -249,91 +265,7 @@ def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Pipeline, int]:
     return replace(p, thunks=(thunk,), kernels=kernels), builds
 
 
-def _restore(p: Pipeline, single: bool, consts: tuple, backend: str, shapes) -> CompiledModule:
+def _restore(p: Pipeline, signature: CallSignature, single: bool, consts: tuple, backend: str,
+             shapes) -> CompiledModule:
     p, builds = _make_thunk(p, backend, shapes)
-    return CompiledModule(p, single, builds, consts)
-
-
-def _resolve_backend(backend: str) -> str:
-    if backend == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if backend not in ("cpu", "cuda"):
-        raise SpecError(f"backend must be 'auto', 'cpu' or 'cuda', not {backend!r}")
-    if backend == "cuda" and not torch.cuda.is_available():
-        raise SpecError("backend='cuda' but torch sees no CUDA device")
-    return backend
-
-
-def _dim_table(g: Graph) -> DimTable:
-    rows = []
-    for v in list(g.inputs) + [n.out for n in g.nodes]:
-        for k, d in enumerate(v.shape.items):
-            rows.append(DimRow(v.name, k, g.solver.resolve(d), g.solver.classify(d)))
-    return DimTable(tuple(rows))
-
-
-def check_generalization(g: Graph, strict: bool = True) -> None:
-    """A dim declared dynamic that the graph fixes to a literal is an error (``strict``) or a
-    warning naming the dim and the constraints that fixed it."""
-    for v, origin in dim_origins(g).items():
-        e = g.solver.resolve(v)
-        if not isinstance(e, Lit):
-            continue
-        why = "; ".join(f"#{c.id} {c.lhs!r} == {c.rhs!r} from {c.provenance}"
-                        for c in g.solver.bindings_behind(v))
-        msg = (f"dim {v.name} ({origin}) is declared dynamic but the program fixes it to "
-               f"{e.value}: {why}")
-        if strict:
-            raise ShapeError(msg)
-        warnings.warn(msg + " (compiled static in it)", stacklevel=3)
-
-
-def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-            dynamic: Mapping[int | str, Mapping[int, str]] | bool = False,
-            backend: str = "auto", strict: bool = True) -> CompiledModule:
-    """Compile ``module`` once for the shapes ``dynamic`` admits.
-
-    ``dynamic`` maps an input (position, or parameter name of ``forward``) to ``{axis: dim name}``
-    (negative axes count from the end); ``False`` compiles the example shapes statically. A dim
-    declared dynamic that the program fixes to a literal raises ``ShapeError`` (a warning with
-    ``strict=False``). The example inputs must satisfy the compiled constraints. Raises
-    ``ShapeError`` for incompatible shapes, ``UnsupportedOp`` for ops outside the supported set,
-    ``DTypeError`` for dtypes an op rejects, ``SpecError`` for malformed arguments.
-    """
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(example_inputs)
-    backend = _resolve_backend(backend)
-    t = {}
-    t0 = time.perf_counter()
-    g = lower_to_ir(trace(module), example_inputs, dynamic)
-    check_generalization(g, strict)
-    t["capture+solve"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    g, records = run_passes(g)
-    t["passes"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    bodies = infer_kernels(g, cooperative=backend == "cuda")
-    t["kgen"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    host, plan = lower(g, materialized_values(g), bodies)
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
-    # same storage when already there; contiguous, so calls need not check them
-    consts = [c.detach().to(device).contiguous() for _, c in g.constants]
-    shapes = [tuple(x.shape) for x in example_inputs] + [tuple(c.shape) for c in consts]
-    try:
-        host.interpret(shapes)
-    except ShapeMismatch as err:
-        raise ShapeError(f"the example inputs violate the compiled program: {err}") from None
-    t["hostgen"] = time.perf_counter() - t0
-    is_static = all(g.solver.classify(d) is DimKind.LITERAL for v in g.inputs
-                    for d in v.shape.items)
-    sol = g.solver.solution()
-    guards = graph_guards(g)
-    kernels = tuple(Kernel(b, backend, kernel_signatures(b, g.dims, guards)) for b in bodies)
-    pipe = Pipeline(g, sol.constraints, sol.trace, sol.residuals, _dim_table(g), kernels, host,
-                    plan, (), t, records)
-    t0 = time.perf_counter()
-    pipe, builds = _make_thunk(pipe, backend, shapes if is_static else None)
-    t["build"] = time.perf_counter() - t0
-    return CompiledModule(pipe, len(g.outputs) == 1, builds, consts)
+    return CompiledModule(p, signature, single, builds, consts)

@@ -54,3 +54,23 @@ class SpecError(DLError, ValueError):
 
 class ShapeMismatch(DLError, ValueError):
     """An input shape violates a compiled shape constraint (raised before any kernel launch)."""
+
+
+class ArgumentError(DLError, TypeError):
+    """A call's arguments do not fit what was compiled: their number, an unknown or repeated
+    keyword, an object that is no tensor (or array), an unsupported layout, a malformed launch
+    configuration (raised before any launch)."""
+
+
+class DeviceError(DLError, ValueError):
+    """An argument lives on the wrong device, or the arguments on several devices."""
+
+
+class LayoutError(DLError, ValueError):
+    """An argument's memory does not fit a generated kernel's buffer: not contiguous, read-only,
+    or overlapping the output (direct launches)."""
+
+
+class BuildError(DLError, RuntimeError):
+    """Building generated code failed (NVRTC compile, numba module load): a bug in dlcb_lab's
+    code generation or the toolchain, never in the user's program."""

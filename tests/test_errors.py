@@ -1,7 +1,8 @@
 """Errors: at graph construction (ShapeError naming op and axes), at compile time (a reshape that
 cannot hold, unsupported ops, bad specs) and at run time (ShapeMismatch / TypeError / ValueError
 naming the input and axis, raised by the host program BEFORE any output is allocated or kernel
-launched)."""
+launched); calls bound as ``forward``'s signature (``ArgumentError`` naming the parameter); build
+failures (NVRTC, numba module load, an unbuilt kernel) as ``BuildError``."""
 
 from __future__ import annotations
 
@@ -310,3 +311,123 @@ def test_residual_message_in_user_dims(reshape4):
     msg = str(ei.value)
     assert "_r" not in msg.split(" from ")[0], msg       # the checked expression: user dims only
     assert "N = input 0 'x' axis 0" in msg, msg
+
+
+# --- calls bound as forward's signature -------------------------------------------------------------
+
+class Scaled(torch.nn.Module):
+    def forward(self, x, y, scale=None, *, bias=None):
+        return x * y * scale + bias
+
+
+@pytest.fixture(scope="module")
+def scaled():
+    return compile_cpu(Scaled(), (torch.randn(2, 3), torch.randn(3), torch.randn(3),
+                                  torch.randn(3)), {0: {0: "N"}})
+
+
+def test_keyword_calls_bind_like_forward(scaled):
+    x, y, s, b = torch.randn(4, 3), torch.randn(3), torch.randn(3), torch.randn(3)
+    want = Scaled()(x, y, s, bias=b)
+    assert repr(scaled.signature) == "(x, y, scale=None, *, bias=None)"
+    for args, kwargs in [((x, y, s), {"bias": b}), ((x,), {"y": y, "scale": s, "bias": b}),
+                         ((), {"bias": b, "scale": s, "y": y, "x": x})]:
+        torch.testing.assert_close(scaled(*args, **kwargs), want)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, y, s, b: ((x, y, s), {"bias": b, "z": b}),
+     r"unexpected keyword argument 'z' \(expected 4 tensor inputs \(x, y, scale, bias\), got 5\)"),
+    (lambda x, y, s, b: ((x, y, s), {"y": y, "bias": b}),
+     r"input 1 'y' given twice \(by position and keyword\)"),
+    (lambda x, y, s, b: ((x, y, s, b), {}),
+     r"expected 4 tensor inputs \(x, y, scale, bias\), got 4: takes at most 3 positional "
+     r"argument\(s\), got 4"),
+    (lambda x, y, s, b: ((x,), {"bias": b}),
+     r"missing input 1 'y', input 2 'scale' \(its default None was not traced: the compile took "
+     r"an example tensor for it\) \(expected 4 tensor inputs"),
+    (lambda x, y, s, b: ((x, y, s), {}), r"missing input 3 'bias' \(its default None"),
+])
+def test_bad_calls_name_the_parameter(scaled, monkeypatch, call, match):
+    spy = Spy(scaled, monkeypatch)
+    args, kwargs = call(torch.randn(4, 3), torch.randn(3), torch.randn(3), torch.randn(3))
+    with pytest.raises(dl.ArgumentError, match=match) as ei:
+        scaled(*args, **kwargs)
+    assert isinstance(ei.value, TypeError) and isinstance(ei.value, dl.DLError)
+    spy.assert_untouched()
+
+
+def test_positional_only_forward():
+    class P(torch.nn.Module):
+        def forward(self, x, y, /):
+            return x - y
+
+    cm = compile_cpu(P(), (torch.randn(3), torch.randn(3)))
+    assert repr(cm.signature) == "(x, y, /)"
+    x, y = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(cm(x, y), x - y)
+    with pytest.raises(dl.ArgumentError, match=r"input 1 'y' is positional-only"):
+        cm(x, y=y)
+
+
+def test_signature_survives_pickling(scaled):
+    import pickle
+
+    cm = pickle.loads(pickle.dumps(scaled))
+    assert cm.signature == scaled.signature
+    x, y, s, b = torch.randn(5, 3), torch.randn(3), torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(cm(bias=b, x=x, scale=s, y=y), Scaled()(x, y, s, bias=b))
+    with pytest.raises(dl.ArgumentError, match=r"unexpected keyword argument 'w'"):
+        cm(x, y, s, bias=b, w=b)
+
+
+# --- build failures are dl errors too ---------------------------------------------------------------
+
+def test_nvrtc_compile_error_is_a_build_error():
+    import pickle
+
+    from dlcb_lab.runtime.nvrtc import CudaCompileError, compile_cubin
+
+    src = 'extern "C" __global__ void k(float* y) {\n  y[0] = undeclared_name;\n}\n'
+    with pytest.raises(dl.BuildError) as ei:
+        compile_cubin(src, arch="sm_90")
+    err = ei.value
+    assert isinstance(err, CudaCompileError) and isinstance(err, dl.DLError)
+    assert isinstance(err, RuntimeError)   # ``except RuntimeError`` keeps working
+    assert "undeclared_name" in err.log and ">    2 |   y[0] = undeclared_name;" in str(err)
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is CudaCompileError and back.log == err.log and str(back) == str(err)
+
+
+def test_nvrtc_call_failure_and_bad_arch_are_dl_errors():
+    from cuda.bindings import nvrtc as nv
+
+    from dlcb_lab.runtime import nvrtc
+
+    with pytest.raises(dl.BuildError, match="NVRTC call failed: NVRTC_ERROR_INVALID_INPUT"):
+        nvrtc._check((nv.nvrtcResult.NVRTC_ERROR_INVALID_INPUT,))
+    with pytest.raises(dl.SpecError, match="real architecture"):
+        nvrtc.compile_cubin("", arch="compute_90")
+
+
+def test_numba_load_error_is_a_build_error(tmp_path, monkeypatch):
+    import pickle
+
+    from dlcb_lab.runtime.numba_cpu import NumbaModuleLoadError, load_numba_module
+
+    monkeypatch.setenv("DLCB_CACHE_DIR", str(tmp_path))
+    with pytest.raises(dl.BuildError) as ei:
+        load_numba_module("# dlcb_lab tests/test_errors.py\nraise ValueError('broken module')\n")
+    err = ei.value
+    assert isinstance(err, NumbaModuleLoadError) and isinstance(err, RuntimeError)
+    assert "broken module" in str(err) and err.path.parent == tmp_path / "numba"
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is NumbaModuleLoadError and back.path == err.path and str(back) == str(err)
+
+
+def test_unbuilt_kernel_launch_is_a_build_error(reshape4):
+    from dataclasses import replace
+
+    k = replace(reshape4.pipeline.kernels[0], launcher=None)
+    with pytest.raises(dl.BuildError, match=rf"kernel {k.name} is not built"):
+        k.check(torch.empty(3, 4), torch.randn(2, 6), torch.randn(6))

@@ -1,12 +1,17 @@
 """Structural properties of a compile: repeated compiles neither leak interned expressions nor
 rename internal variables; user dim names never reach generated code; a compiled module pickles;
 each kernel's ``cuda_source`` compiles alone; the 32-bit index entry point is chosen per kernel
-from the bound of every index expression it evaluates, not from buffer sizes."""
+from the bound of every index expression it evaluates, not from buffer sizes. Structure of the
+package: stages import only the stages below them (the layering test); IR ops carry no backend
+text, and every elementwise op is spelled in both languages (``kgen/spellings.py``)."""
 
 from __future__ import annotations
 
+import ast
 import gc
+import pathlib
 import pickle
+import re
 
 import pytest
 import torch
@@ -110,3 +115,174 @@ def test_index_bound_is_tight_for_identity_layouts():
     r = host.interpret([(128, 64, 56, 56), (1, 64, 1, 1), (1, 64, 1, 1)])
     numel = r[host.slots[f"{k.name}.numel"]]
     assert numel <= r[host.slots[f"{k.name}.index_bound"]] <= numel + 2 ** 20
+
+
+# --- the package's layering ------------------------------------------------------------------------
+
+PACKAGE = pathlib.Path(dl.__file__).parent
+LAYERS = ["errors display", "dims", "ir", "passes", "kgen", "hostgen", "runtime", "bridge",
+          "records", "api", "__init__"]
+"""Pipeline layers, lowest first: a module may import its own layer and those below it."""
+BESIDE = {"viz", "bench", "demo"}
+"""Beside the pipeline: may import anything; the pipeline imports them only lazily (inside a
+function: the ``Rich`` display hook, the solver stepper) and never the benchmarks."""
+RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer.split()}
+
+
+def _part(module: str) -> str:
+    """``dlcb_lab.kgen.emit`` -> ``kgen``; ``dlcb_lab.api`` -> ``api``; ``dlcb_lab`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: pathlib.Path) -> list[tuple[str, bool, int]]:
+    """(imported dlcb_lab module, at module level?, line) for every import in ``path``; relative
+    imports resolved (``from ..ir import x`` in ``dlcb_lab/kgen/emit.py`` -> ``dlcb_lab.ir``)."""
+    package = list(path.relative_to(PACKAGE.parent).parts[:-1])
+    tree = ast.parse(path.read_text())
+    top_level = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        out += [(n, id(node) in top_level, node.lineno) for n in names
+                if n.split(".")[0] == "dlcb_lab"]
+    return out
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p
+            for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_layering():
+    """No pipeline module imports a higher layer, and none imports ``viz``/``bench`` at module
+    level (or ``bench`` at all)."""
+    bad = []
+    for name, path in _modules().items():
+        src = _part(name)
+        if src in BESIDE:
+            continue
+        assert src in RANK, f"{name}: its layer is not listed in LAYERS"
+        for target, top_level, line in _imports(path):
+            dst = _part(target)
+            if dst in BESIDE:
+                if top_level or dst == "bench":
+                    bad.append(f"{name}:{line} imports {target} (beside the pipeline)")
+            elif RANK[dst] > RANK[src]:
+                bad.append(f"{name}:{line} ({src}) imports {target} ({dst}, a higher layer)")
+    assert not bad, "\n".join(bad)
+
+
+def test_layering_covers_the_split_modules():
+    """The modules the api split created sit where the layering says: records between the stages
+    and ``api``, the generalization policy in the bridge, the op spellings with the printers."""
+    mods = _modules()
+    for name, layer in [("dlcb_lab.records", "records"), ("dlcb_lab.api", "api"),
+                        ("dlcb_lab.bridge.generalize", "bridge"),
+                        ("dlcb_lab.kgen.spellings", "kgen")]:
+        assert name in mods and _part(name) == layer
+    imported = {t for t, _, _ in _imports(mods["dlcb_lab.api"])}
+    assert {"dlcb_lab.records", "dlcb_lab.bridge.generalize"} <= imported, imported
+    assert RANK["records"] < RANK["api"] and RANK["kgen"] < RANK["records"]
+
+
+def test_layering_check_catches_an_upward_import(tmp_path):
+    """The checker itself: an ``ir`` module importing ``runtime`` and one importing ``viz`` at
+    module level are both reported."""
+    pkg = tmp_path / "dlcb_lab"
+    (pkg / "ir").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ir" / "__init__.py").write_text("")
+    (pkg / "ir" / "up.py").write_text("from ..runtime.thunks import Thunk\n"
+                                        "from ..viz import render\n"
+                                        "def f():\n    from ..viz import code\n")
+    globals()["PACKAGE"] = pkg
+    try:
+        with pytest.raises(AssertionError) as ei:
+            test_layering()
+    finally:
+        globals()["PACKAGE"] = pathlib.Path(dl.__file__).parent
+    msg = str(ei.value)
+    assert "dlcb_lab.ir.up:1 (ir) imports dlcb_lab.runtime.thunks (runtime" in msg, msg
+    assert "dlcb_lab.ir.up:2 imports dlcb_lab.viz (beside the pipeline)" in msg, msg
+    assert "up:4" not in msg, msg   # a lazy import of the notebook layer is the display hook
+
+
+# --- op spellings live with the printers -----------------------------------------------------------
+
+def test_every_elementwise_op_is_spelled_in_both_languages():
+    from dlcb_lab.ir.ops import OPS, OpKind
+    from dlcb_lab.kgen import spellings
+
+    ew = sorted(n for n, op in OPS.items() if op.kind is OpKind.ELEMENTWISE)
+    assert len(ew) >= 30 and spellings.spelling_problems() == []
+    for lang in ("cuda", "numba"):
+        assert sorted(spellings.SPELLINGS[lang]) == ew
+        for n in ew:
+            fields = spellings.operand_fields(spellings.spelling(lang, n))
+            assert fields == set(range(OPS[n].arity)), (lang, n)
+
+
+def test_missing_spelling_is_a_clear_error(monkeypatch):
+    """A registered elementwise op without a spelling, a spelling with the wrong operands and a
+    stale entry are all named; emitting the unspelled op raises ``UnsupportedOp``."""
+    from dataclasses import replace
+
+    from dlcb_lab.ir.ops import OPS
+    from dlcb_lab.kgen import spellings
+
+    monkeypatch.setitem(OPS, "cube", replace(OPS["neg"], name="cube"))
+    monkeypatch.setitem(OPS, "add", replace(OPS["add"], arity=3))
+    monkeypatch.setitem(spellings.PY_OPS, "cube", "({0} * {0} * {0})")
+    monkeypatch.setitem(spellings.CUDA_OPS, "cubed", "({0} * {0} * {0})")
+    problems = spellings.spelling_problems()
+    assert "CUDA_OPS lacks 'cube'" in problems
+    assert "PY_OPS lacks 'cube'" not in problems
+    assert "CUDA_OPS['add'] = '({0} + {1})' uses operands [0, 1], the op has arity 3" in problems
+    assert "CUDA_OPS['cubed']: no elementwise op 'cubed' is registered" in problems
+    with pytest.raises(dl.UnsupportedOp, match=r"(?s)out of step.*CUDA_OPS lacks 'cube'"):
+        spellings.check_spellings()
+    with pytest.raises(dl.UnsupportedOp, match=r"'cube' has no cuda spelling .*CUDA_OPS"):
+        spellings.spelling("cuda", "cube")
+
+
+def test_ir_ops_carry_no_backend_text():
+    """No string in ``ir/ops/`` names a prelude helper (CUDA ``dlcb_*``, numba ``_*`` functions)
+    or a language's math module: the ops state semantics, the printers spell them."""
+    from dlcb_lab.kgen.spellings import CUDA_PRELUDE, PY_PRELUDE
+
+    helpers = set(re.findall(r"\b(dlcb_\w+)\s*\(", CUDA_PRELUDE)) | \
+        set(re.findall(r"^def (_\w+)\(", PY_PRELUDE, re.M))
+    assert {"dlcb_gelu", "dlcb_max", "_sigmoid", "_div"} <= helpers
+    found = []
+    for path in sorted((PACKAGE / "ir" / "ops").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                words = set(re.findall(r"[A-Za-z_]\w*", node.value))
+                hit = words & helpers or {w for w in ("math", "np") if f"{w}." in node.value}
+                if hit:
+                    found.append(f"{path.name}:{node.lineno}: {sorted(hit)}")
+    assert not found, found
+
+
+def test_compile_runs_the_pipeline_as_named_steps():
+    """``dl.compile`` is the pipeline: one timing per step, in order, summing to ``compile_s``;
+    the records live in ``dlcb_lab.records`` and the compiled module calls like ``forward``."""
+    from dlcb_lab import records
+
+    cm = _worked()
+    t = cm.pipeline.timings
+    assert list(t) == ["capture", "lower", "generalize", "passes", "kgen", "hostgen", "build"]
+    assert all(v >= 0 for v in t.values()) and cm.stats()["compile_s"] == sum(t.values())
+    assert type(cm.pipeline) is records.Pipeline is dl.Pipeline
+    assert all(type(k) is records.Kernel for k in cm.pipeline.kernels)
+    assert type(cm.pipeline.dims) is records.DimTable
+    x, y = torch.randn(3, 4, 6), torch.randn(1, 4, 1)
+    torch.testing.assert_close(cm(y=y, x=x), Worked()(x, y), **TOL)

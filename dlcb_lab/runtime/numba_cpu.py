@@ -22,6 +22,7 @@ import sys
 import threading
 from types import ModuleType
 
+from ..errors import BuildError
 from .cache import atomic_write, cache_dir, content_key
 
 __all__ = ["NumbaModuleLoadError", "load_numba_module"]
@@ -31,12 +32,16 @@ _LOCK = threading.RLock()  # one loader at a time per process (numba compiles un
 _log = logging.getLogger(__name__)
 
 
-class NumbaModuleLoadError(RuntimeError):
-    """A generated numba module failed to import even after its cache entry was rebuilt."""
+class NumbaModuleLoadError(BuildError):
+    """A generated numba module failed to import even after its cache entry was rebuilt (a
+    ``dl.BuildError``, so a ``RuntimeError``); ``.path`` is the module's file."""
 
     def __init__(self, msg: str, path: pathlib.Path):
         super().__init__(msg)
         self.path = path
+
+    def __reduce__(self):
+        return (type(self), (self.msg, self.path))
 
 
 def load_numba_module(source: str) -> tuple[ModuleType, bool]:

@@ -19,6 +19,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from ..errors import BuildError, SpecError
 from .cache import atomic_write, cache_dir, content_key
 
 __all__ = [
@@ -39,10 +40,10 @@ _compile_count = 0
 _compile_seconds = 0.0
 
 
-class CudaCompileError(RuntimeError):
-    """NVRTC rejected a source. ``str(err)`` is the NVRTC log followed by the numbered source lines
-    the log points at (``>`` marks the line named by a diagnostic); ``.log`` and ``.source`` hold
-    the raw pieces."""
+class CudaCompileError(BuildError):
+    """NVRTC rejected a source (a ``dl.BuildError``, so a ``RuntimeError``). ``str(err)`` is the
+    NVRTC log followed by the numbered source lines the log points at (``>`` marks the line named
+    by a diagnostic); ``.log`` and ``.source`` hold the raw pieces."""
 
     def __init__(self, log: str, source: str, options: tuple[str, ...] = ()):
         self.log, self.source, self.options = log, source, options
@@ -60,6 +61,9 @@ class CudaCompileError(RuntimeError):
             msg += "\n--- source ---\n" + "\n".join(excerpt)
         super().__init__(msg)
 
+    def __reduce__(self):
+        return (type(self), (self.log, self.source, self.options))
+
 
 def _check(result: tuple) -> tuple:
     """Unwrap a ``cuda.bindings.nvrtc`` return tuple, raising on a non-success status."""
@@ -68,7 +72,7 @@ def _check(result: tuple) -> tuple:
     err, *rest = result
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         _, name = nvrtc.nvrtcGetErrorString(err)
-        raise RuntimeError(f"NVRTC call failed: {name.decode() if isinstance(name, bytes) else name}")
+        raise BuildError(f"NVRTC call failed: {name.decode() if isinstance(name, bytes) else name}")
     return tuple(rest)
 
 
@@ -122,7 +126,7 @@ def _normalize_arch(arch: str) -> str:
     if arch.isdigit():
         return f"sm_{arch}"
     if not arch.startswith("sm_"):
-        raise ValueError(f"compile_cubin needs a real architecture such as 'sm_90', got {arch!r}")
+        raise SpecError(f"compile_cubin needs a real architecture such as 'sm_90', got {arch!r}")
     return arch
 
 

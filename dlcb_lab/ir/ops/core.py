@@ -2,9 +2,9 @@
 constraints (``infer``), (2) its reverse coordinate transform (``reverse``: output coordinates ->
 each tensor input's coordinates, used by kgen), (3) its reference semantics (``reference``: a torch
 call, also the source of its dtype rule, and what a library thunk calls at run time) and, for
-elementwise ops, (4) its scalar code in CUDA C++ and Python (``cuda``/``py``: format strings over
-operand spellings ``{0}, {1}, ...`` and ``{z}``, zero in the compute dtype). An ``OpDef`` pickles
-by name, so graphs pickle.
+elementwise ops, (4) its ``arity``. Ops carry semantics only: how each language spells an
+elementwise op is the printers' business (``kgen/spellings.py``). An ``OpDef`` pickles by name,
+so graphs pickle.
 
 Op kinds and what kgen does with them:
 
@@ -12,7 +12,9 @@ Op kinds and what kgen does with them:
 - ``RESHAPE``/``PERMUTE``/``TRANSFORM``: pure coordinate transforms (``reverse`` gives the one
   input's coordinates); inlined, no code of their own but index arithmetic.
 - ``SELECT``: each tensor input valid on part of the output (``reverse`` gives ``Guarded``
-  coordinates; pad, cat): the first input whose guard holds, else ``attrs["value"]``.
+  coordinates; pad, cat), or one input read in several regions (``reverse`` gives one
+  ``Guarded`` per region; pad_axis): the first alternative whose guard holds, else
+  ``attrs["value"]`` (without it, the last alternative).
 - ``GATHER``: an input coordinate read from an index tensor (``reverse`` gets ``index=fn``).
 - ``REDUCE``: a loop over a window (``window``) per output element; materialized.
 - ``ROW``: a row-wise normalization (softmax, layer norm): two passes over each row in one
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
@@ -42,11 +43,11 @@ Scalar = bool | int | float
 
 
 class OpKind(enum.Enum):
-    ELEMENTWISE = "elementwise"   # broadcasting map over operands; scalar code in cuda/py
+    ELEMENTWISE = "elementwise"   # broadcasting map over operands; spelled in kgen/spellings.py
     RESHAPE = "reshape"           # pure coordinate transform (row-major re-indexing)
     PERMUTE = "permute"           # pure coordinate transform (axis reordering)
     TRANSFORM = "transform"       # pure coordinate transform (slice, expand, roll)
-    SELECT = "select"             # guarded choice among inputs (pad, cat)
+    SELECT = "select"             # guarded choice among inputs or regions (pad, cat, pad_axis)
     GATHER = "gather"             # an input coordinate is a value of an index tensor
     REDUCE = "reduce"             # a loop over a window per output element; materialized
     ROW = "row"                   # two passes over each row (softmax, layer norm); materialized
@@ -102,8 +103,8 @@ class OpDef:
     infer: Callable[["Graph", "Node"], Any]
     reverse: Callable[..., list] | None
     reference: Callable[..., torch.Tensor]
-    cuda: str = ""
-    py: str = ""
+    arity: int = 1
+    """Operand count of an elementwise op (tensors and Python scalars); 1 for other kinds."""
     window: Callable[["Graph", "Node", Coords], Window] | None = None
     sample: Callable[[int], tuple[tuple, dict]] | None = None
     """Operands and attributes for the registry test (``tests/test_ops.py``) at batch size ``n``;
@@ -111,12 +112,6 @@ class OpDef:
     floating: bool = False
     """The dtype rule is "the input's floating dtype" (ops whose reference cannot run on
     one-element tensors, e.g. a pooling window larger than 1)."""
-
-    @property
-    def arity(self) -> int:
-        """Operand count: the numbered fields of the scalar code (1 for non-elementwise ops)."""
-        fields = {f for _, f, _, _ in string.Formatter().parse(self.cuda) if f and f.isdigit()}
-        return len(fields) or 1
 
     def __repr__(self) -> str:
         return f"OpDef({self.name}, {self.kind.value})"

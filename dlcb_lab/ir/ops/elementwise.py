@@ -1,7 +1,11 @@
 """Elementwise ops: a broadcasting map over tensor operands and Python scalars. Shapes follow
 torch's broadcasting (each pair of non-1 extents is constrained equal); the reverse transform maps
-a broadcast axis to coordinate 0. Scalar code is written once per language; NaN semantics follow
-torch. Operands arrive cast to the compute dtype; the result is cast to the output dtype."""
+a broadcast axis to coordinate 0. Operands arrive cast to the compute dtype; the result is cast to
+the output dtype; NaN semantics follow torch (the reference).
+
+Adding an elementwise op: one row in the table at the end (name, torch reference, arity, and a
+sample if the default operands do not suit it), then its spelling in both languages'
+tables in ``kgen/spellings.py`` (importing ``kgen.emit`` fails naming any op left unspelled)."""
 
 from __future__ import annotations
 
@@ -65,9 +69,9 @@ def _reverse_broadcast(g: "Graph", node: "Node", coords: Coords, **_) -> list[Co
             for x in node.inputs]
 
 
-def _elementwise(name: str, reference: Callable, cuda: str, py: str, sample=None) -> None:
+def _elementwise(name: str, reference: Callable, arity: int, sample=None) -> None:
     register(OpDef(name, OpKind.ELEMENTWISE, infer_broadcast, _reverse_broadcast, reference,
-                   cuda, py, sample=sample))
+                   arity, sample=sample))
 
 
 def _ref_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -79,47 +83,75 @@ def _positive(n: int) -> tuple[tuple, dict]:
     return (torch.rand(n, 3, 5, generator=g) + 0.1,), {}
 
 
+def _ref_div_rounding(mode: str) -> Callable:
+    def reference(a, b):
+        return torch.div(a, b, rounding_mode=mode)
+    return reference
+
+
+def _half_sample(dtype: torch.dtype) -> Callable:
+    def sample(n: int) -> tuple[tuple, dict]:
+        g = torch.Generator().manual_seed(n)
+        return (torch.randn(n, 3, 5, generator=g).mul(20).to(dtype),
+                torch.randn(3, 1, generator=g).to(dtype)), {}
+    return sample
+
+
+def _int_divisor_sample(n: int) -> tuple[tuple, dict]:
+    """An integer dividend (both signs) and a negative Python int divisor (integer rounding
+    division takes no tensor divisor: eager raises on a zero one)."""
+    g = torch.Generator().manual_seed(n)
+    return (torch.randint(-20, 21, (n, 3, 5), generator=g), -3), {}
+
+
 def _clamp_sample(n: int) -> tuple[tuple, dict]:
     g = torch.Generator().manual_seed(n)
     return (torch.randn(n, 3, 5, generator=g) * 4, -0.5, 1.5), {}
 
 
-# name, reference, CUDA, Python/numba (, sample operands)
-for _name, _ref, _cuda, _py, *_sample in (
-    ("relu", torch.relu, "({0} < {z} ? {z} : {0})", "({z} if {0} < {z} else {0})"),
-    ("neg", torch.neg, "(-{0})", "(-{0})"),
-    ("abs", torch.abs, "dlcb_abs({0})", "abs({0})"),
-    ("exp", torch.exp, "dlcb_exp({0})", "math.exp({0})"),
-    ("log", torch.log, "dlcb_log({0})", "_log({0})", _positive),
-    ("sqrt", torch.sqrt, "dlcb_sqrt({0})", "_sqrt({0})", _positive),
-    ("rsqrt", torch.rsqrt, "dlcb_rsqrt({0})", "_rsqrt({0})", _positive),
-    ("erf", torch.erf, "dlcb_erf({0})", "math.erf({0})"),
-    ("sigmoid", torch.sigmoid, "dlcb_sigmoid({0})", "_sigmoid({0})"),
-    ("tanh", torch.tanh, "dlcb_tanh({0})", "math.tanh({0})"),
-    ("silu", F.silu, "dlcb_silu({0})", "_silu({0})"),
-    ("gelu", F.gelu, "dlcb_gelu({0})", "_gelu({0})"),
-    ("gelu_tanh", functools.partial(F.gelu, approximate="tanh"), "dlcb_gelu_tanh({0})",
-     "_gelu_tanh({0})"),
-    ("hardsigmoid", F.hardsigmoid, "dlcb_hardsigmoid({0})", "_hardsigmoid({0})"),
-    ("hardswish", F.hardswish, "dlcb_hardswish({0})", "_hardswish({0})"),
-    ("clamp", torch.clamp, "dlcb_min(dlcb_max({0}, {1}), {2})", "_min(_max({0}, {1}), {2})",
-     _clamp_sample),
-    ("add", torch.add, "({0} + {1})", "({0} + {1})"),
-    ("sub", torch.sub, "({0} - {1})", "({0} - {1})"),
-    ("mul", torch.mul, "({0} * {1})", "({0} * {1})"),
-    ("div", torch.div, "({0} / {1})", "_div({0}, {1})"),
-    ("maximum", torch.maximum, "dlcb_max({0}, {1})", "_max({0}, {1})"),
-    ("minimum", torch.minimum, "dlcb_min({0}, {1})", "_min({0}, {1})"),
-    ("eq", torch.eq, "({0} == {1})", "({0} == {1})"),
-    ("ne", torch.ne, "({0} != {1})", "({0} != {1})"),
-    ("lt", torch.lt, "({0} < {1})", "({0} < {1})"),
-    ("le", torch.le, "({0} <= {1})", "({0} <= {1})"),
-    ("gt", torch.gt, "({0} > {1})", "({0} > {1})"),
-    ("ge", torch.ge, "({0} >= {1})", "({0} >= {1})"),
-    ("logical_not", torch.logical_not, "(!{0})", "(not {0})"),
-    ("logical_and", torch.logical_and, "({0} && {1})", "(bool({0}) and bool({1}))"),
-    ("logical_or", torch.logical_or, "({0} || {1})", "(bool({0}) or bool({1}))"),
-    ("where", torch.where, "({0} ? {1} : {2})", "({1} if {0} else {2})"),
-    ("to", _ref_to, "{0}", "{0}"),
+# name, reference, arity (, sample operands)
+for _name, _ref, _arity, *_sample in (
+    ("relu", torch.relu, 1),
+    ("neg", torch.neg, 1),
+    ("abs", torch.abs, 1),
+    ("exp", torch.exp, 1),
+    ("log", torch.log, 1, _positive),
+    ("sqrt", torch.sqrt, 1, _positive),
+    ("rsqrt", torch.rsqrt, 1, _positive),
+    ("erf", torch.erf, 1),
+    ("sigmoid", torch.sigmoid, 1),
+    ("tanh", torch.tanh, 1),
+    ("silu", F.silu, 1),
+    ("gelu", F.gelu, 1),
+    ("gelu_tanh", functools.partial(F.gelu, approximate="tanh"), 1),
+    ("hardsigmoid", F.hardsigmoid, 1),
+    ("hardswish", F.hardswish, 1),
+    ("clamp", torch.clamp, 3, _clamp_sample),
+    ("add", torch.add, 2),
+    ("sub", torch.sub, 2),
+    ("mul", torch.mul, 2),
+    ("div", torch.div, 2),
+    # div(rounding_mode=...), chosen by the compute dtype: 'trunc' of floats is trunc(div(a, b));
+    # 'floor' of floats is torch's div_floor (from fmod), in 16 bits with every step rounded to
+    # 16 bits as eager computes it; integers: C truncation, floor division
+    ("trunc", torch.trunc, 1),
+    ("div_floor", _ref_div_rounding("floor"), 2),
+    ("div_floor_f16", _ref_div_rounding("floor"), 2, _half_sample(torch.float16)),
+    ("div_floor_bf16", _ref_div_rounding("floor"), 2, _half_sample(torch.bfloat16)),
+    ("div_trunc_int", _ref_div_rounding("trunc"), 2, _int_divisor_sample),
+    ("div_floor_int", _ref_div_rounding("floor"), 2, _int_divisor_sample),
+    ("maximum", torch.maximum, 2),
+    ("minimum", torch.minimum, 2),
+    ("eq", torch.eq, 2),
+    ("ne", torch.ne, 2),
+    ("lt", torch.lt, 2),
+    ("le", torch.le, 2),
+    ("gt", torch.gt, 2),
+    ("ge", torch.ge, 2),
+    ("logical_not", torch.logical_not, 1),
+    ("logical_and", torch.logical_and, 2),
+    ("logical_or", torch.logical_or, 2),
+    ("where", torch.where, 3),
+    ("to", _ref_to, 1),
 ):
-    _elementwise(_name, _ref, _cuda, _py, *_sample)
+    _elementwise(_name, _ref, _arity, *_sample)

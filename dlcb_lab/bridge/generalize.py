@@ -1,0 +1,35 @@
+"""Shape generalization: which traced dimensions may stay free variables of the compiled program.
+
+Today the policy is the user's: ``dynamic`` names the free dims, and ``check_generalization``
+verifies, after the solve, that the program did not fix any of them to a literal (a reshape to a
+constant shape, a broadcast against a static extent). Stage 3 grows this module into automatic
+generalization: propose free dims from the traced shapes and keep those the solve leaves free.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..dims import Lit
+from ..errors import ShapeError
+from ..hostgen.lower import dim_origins
+from ..ir.graph import Graph
+
+__all__ = ["check_generalization", "dim_origins"]
+
+
+def check_generalization(g: Graph, strict: bool = True) -> None:
+    """A dim declared dynamic that the graph fixes to a literal is a ``ShapeError`` (``strict``)
+    or a warning; either names the dim, its input axis and the constraints that fixed it. With the
+    warning, the dim compiles as that literal (the host program checks it at each call)."""
+    for v, origin in dim_origins(g).items():
+        e = g.solver.resolve(v)
+        if not isinstance(e, Lit):
+            continue
+        why = "; ".join(f"#{c.id} {c.lhs!r} == {c.rhs!r} from {c.provenance}"
+                        for c in g.solver.bindings_behind(v))
+        msg = (f"dim {v.name} ({origin}) is declared dynamic but the program fixes it to "
+               f"{e.value}: {why}")
+        if strict:
+            raise ShapeError(msg)
+        warnings.warn(msg + " (compiled static in it)", stacklevel=4)

@@ -1,0 +1,191 @@
+"""The stage records of one compile: what ``dl.compile`` leaves behind for inspection (``viz/``
+renders these). Each is immutable; ``Pipeline`` holds every stage's object, ``Kernel`` one
+generated kernel (its body, sources and, once built, its launcher), ``DimTable`` the
+classification of every axis after the solve."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .dims import Constraints, DimKind, Expr, SolverTrace
+from .display import Rich
+from .errors import BuildError
+from .hostgen.lower import LaunchPlan
+from .hostgen.program import HostProgram
+from .ir.graph import Graph
+from .kgen.emit import CUDA_PRELUDE, cuda_kernel, numba_kernel
+from .kgen.kir import CoordMap, KernelBody
+from .passes import Partition, PassRecord
+from .runtime.direct import BoundLaunch, DirectKernel, DirectLaunch, KernelSignature
+from .runtime.thunks import Thunk
+
+
+@dataclass(frozen=True)
+class DimRow:
+    value: str
+    axis: int
+    expr: Expr
+    kind: DimKind
+
+
+@dataclass(frozen=True)
+class DimTable(Rich):
+    """Every axis of every value after the solve, classified LITERAL / NAMED / RESIDUAL."""
+
+    rows: tuple[DimRow, ...]
+
+    @classmethod
+    def of_graph(cls, g: Graph) -> "DimTable":
+        """The inputs' and every node's axes, resolved and classified by ``g``'s solver."""
+        rows = []
+        for v in list(g.inputs) + [n.out for n in g.nodes]:
+            for k, d in enumerate(v.shape.items):
+                rows.append(DimRow(v.name, k, g.solver.resolve(d), g.solver.classify(d)))
+        return cls(tuple(rows))
+
+    def of(self, value: str) -> tuple[DimRow, ...]:
+        return tuple(r for r in self.rows if r.value == value)
+
+    def counts(self) -> dict[str, int]:
+        out = {k.value: 0 for k in DimKind}
+        for r in self.rows:
+            out[r.kind.value] += 1
+        return out
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([(r.value, r.axis, repr(r.expr), r.kind.value) for r in self.rows],
+                            columns=["value", "axis", "expr", "kind"])
+
+    def __repr__(self) -> str:
+        lines = [f"DimTable {self.counts()}"]
+        by: dict[str, list[DimRow]] = {}
+        for r in self.rows:
+            by.setdefault(r.value, []).append(r)
+        for v, rs in by.items():
+            lines.append(f"  %{v}: [" + ", ".join(f"{r.expr!r}:{r.kind.value[0].upper()}"
+                                                    for r in rs) + "]")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Kernel(Rich):
+    """A generated kernel: its body, coordinate map and source in the chosen backend's language.
+    ``cuda_source`` is self-contained (prelude included): it compiles with NVRTC as shown.
+
+    Launchable like a numba.cuda kernel, on the compiled module's built code:
+    ``k[grid, block](out, in0, ..)``, ``k[grid, block, stream](..)``, ``k.forall(numel)(..)``.
+    Buffers are torch tensors or ``__cuda_array_interface__`` objects (CUDA), torch tensors or
+    numpy arrays (CPU); the int arguments (``numel, params..``) are derived from their shapes and
+    may be passed after them (then checked). Dtype, device, contiguity and every axis against
+    ``signature`` are checked before the launch (``runtime.direct``); ``check(*args)`` resolves a
+    launch without running it. CPU kernels validate ``grid``/``block`` and ignore them (numba
+    runs one ``prange`` iteration per output element). ``variant(1)``: the block-per-output
+    variant of a CUDA reduction."""
+
+    body: KernelBody
+    backend: str
+    signatures: tuple[KernelSignature, ...] = ()
+    """One per variant: buffers with dtype and solved shape, ``numel`` and params expressions."""
+    launcher: Any = field(default=None, repr=False, compare=False)
+    """The built launcher (``runtime.launchers``), shared with the thunk; None when not built."""
+
+    @property
+    def source(self) -> str:
+        """Source in the backend's language (with the cooperative variant, if any)."""
+        return self.cuda_source if self.backend == "cuda" else self.numba_source
+
+    @property
+    def name(self) -> str:
+        return self.body.name
+
+    @property
+    def coord_map(self) -> CoordMap:
+        return self.body.coord_map
+
+    @property
+    def cuda_source(self) -> str:
+        return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(v) for v in self.body.variants())
+
+    @property
+    def numba_source(self) -> str:
+        return numba_kernel(self.body)
+
+    @property
+    def signature(self) -> KernelSignature:
+        """The launch contract of the plain variant (one thread per output element)."""
+        return self.variant(0).signature
+
+    @functools.cached_property
+    def _direct(self) -> tuple[DirectKernel, ...]:
+        if self.launcher is None or not self.signatures:
+            raise BuildError(f"kernel {self.name} is not built (no launcher): launch the "
+                             f"kernels of a compiled module's pipeline")
+        return tuple(DirectKernel(s, self.launcher) for s in self.signatures)
+
+    def variant(self, i: int = 0) -> DirectKernel:
+        """Variant ``i`` as a launchable kernel: 0 one thread per output element, 1 (CUDA
+        reductions) one block per output element."""
+        ks = self._direct
+        if not 0 <= i < len(ks):
+            raise IndexError(f"kernel {self.name} has {len(ks)} variant(s), not {i}")
+        return ks[i]
+
+    def __getitem__(self, config: tuple) -> BoundLaunch:
+        """``k[grid, block]`` or ``k[grid, block, stream]``: call the result with the arguments."""
+        return self.variant(0)[config]
+
+    def forall(self, numel: int, stream: Any = None) -> BoundLaunch:
+        """Configured as the thunk launches ``numel`` output elements (``launcher.geometry``)."""
+        return self.variant(0).forall(numel, stream)
+
+    def check(self, *args: Any) -> DirectLaunch:
+        """Check arguments as a launch does and resolve entry point, ``numel`` and params."""
+        return self.variant(0).check(*args)
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{n}={e!r}" for n, e in self.body.params)
+        return f"Kernel {self.name} [{self.backend}] out %{self.body.out.name} params ({ps})"
+
+
+@dataclass(frozen=True)
+class Pipeline(Rich):
+    """Every stage object of one compile. ``timings``: seconds per pipeline step, in order
+    (``capture``, ``lower``, ``generalize``, ``passes``, ``kgen``, ``hostgen``, ``build``)."""
+
+    graph: Graph
+    constraints: Constraints
+    solver_trace: SolverTrace
+    residuals: Constraints
+    dims: DimTable
+    kernels: tuple[Kernel, ...]
+    host_program: HostProgram
+    launch_plan: LaunchPlan
+    thunks: tuple[Thunk, ...]
+    timings: Mapping[str, float] = field(default_factory=dict)
+    passes: tuple[PassRecord, ...] = ()
+
+    @property
+    def partition(self) -> Partition:
+        """The per-step table: library calls and generated kernels, the ops each computes."""
+        return self.graph.partition
+
+    def dump(self, directory, report: bool = True):
+        """Write this compile as readable named files into ``directory`` (``<kernel>.cu``,
+        ``<kernel>.py``, ``constraints.csv``, ``solver_trace.csv``, ``dims.csv``, ``graph.txt``,
+        ``host_program.txt``, ``launch_plan.txt``, ``report.html``, listed in ``index.txt``;
+        ``viz.dump``) and return its ``Path``."""
+        from .viz.dump import dump
+
+        return dump(self, directory, report=report)
+
+    def __repr__(self) -> str:
+        t = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
+        return (f"Pipeline: {len(self.graph.nodes)} ops, {len(self.constraints)} constraints, "
+                f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual, "
+                f"dims {self.dims.counts()}, {len(self.kernels)} kernels, "
+                f"{len(self.host_program.instrs)} host instructions, thunks "
+                f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}")
