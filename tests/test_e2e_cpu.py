@@ -204,3 +204,148 @@ def test_requires_grad_inputs_are_accepted():
     x = torch.randn(3, 4, 6, requires_grad=True)
     y = cm(x)
     assert not y.requires_grad and y.shape == (3, 4, 6)
+
+
+# --- source locations ---------------------------------------------------------------------------
+
+CELL = "/tmp/ipykernel_4242/1896757467.py"   # ipykernel's file name for a notebook cell
+CELL_SRC = '''import torch.nn.functional as F
+class CellModule(torch.nn.Module):
+    def forward(self, x):
+        return F.pad(x, (1, 1), mode="zeros")
+'''
+
+
+def test_source_file_names_a_notebook_cell():
+    """IPython maps a cell's file name to its execution count: ``In[3]``, not the hash."""
+    from dlcb_lab.bridge.fx import source_file
+
+    assert source_file(CELL, {CELL: 3}) == "In[3]"
+    assert source_file(CELL, {"/tmp/ipykernel_4242/other.py": 3}) == "1896757467.py"
+    assert source_file(CELL) == "1896757467.py"   # no IPython running: the basename
+    assert source_file("/home/u/model.py") == "model.py"
+
+
+def _cell_module():
+    """A module class whose code was compiled from a cell-style file name (as ipykernel does:
+    the source is in ``linecache``)."""
+    import linecache
+
+    linecache.cache[CELL] = (len(CELL_SRC), None, CELL_SRC.splitlines(True), CELL)
+    ns = {"torch": torch}
+    exec(compile(CELL_SRC, CELL, "exec"), ns)
+    return ns["CellModule"]()
+
+
+def test_refusal_in_cell_code_outside_ipython_names_the_file():
+    with pytest.raises(dl.UnsupportedOp) as ei:
+        dl.compile(_cell_module(), torch.randn(2, 3), backend="cpu")
+    assert ei.value.where == '1896757467.py:4 in forward: return F.pad(x, (1, 1), mode="zeros")'
+
+
+def test_refusal_in_an_ipython_cell_names_the_cell():
+    """Under a real IPython shell the location reads ``In[<n>]:<line>``."""
+    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
+    shell = interactiveshell.InteractiveShell.instance()
+    try:
+        shell.run_cell("import torch, dlcb_lab as dl", store_history=True)
+        shell.run_cell(CELL_SRC, store_history=True)
+        count = shell.execution_count - 1
+        shell.run_cell("try:\n    dl.compile(CellModule(), torch.randn(2, 3), backend='cpu')\n"
+                       "except dl.DLError as e:\n    err = e\n", store_history=True)
+        where = shell.user_ns["err"].where
+    finally:
+        interactiveshell.InteractiveShell.clear_instance()
+    assert where == f'In[{count}]:4 in forward: return F.pad(x, (1, 1), mode="zeros")'
+
+
+# --- div with rounding_mode -----------------------------------------------------------------------
+
+class _Div(torch.nn.Module):
+    def __init__(self, mode, scalar=None):
+        super().__init__()
+        self.mode, self.scalar = mode, scalar
+
+    def forward(self, a, b):
+        d = b if self.scalar is None else self.scalar
+        return torch.div(a, d, rounding_mode=self.mode), a.div(d, rounding_mode=self.mode) * 2
+
+
+def _div_operands(n, dtype):
+    g = torch.Generator().manual_seed(n)
+    a = torch.randn(n, 400, generator=g) * 60
+    b = torch.randn(n, 400, generator=g)   # quotients near integers, rounded in 16 bits
+    a[0, :4] = torch.tensor([5.0, -5.0, 0.0, -0.0])
+    b[0, :4] = torch.tensor([0.0, 0.0, -2.0, 3.0])   # +-inf, NaN, signed zeros
+    a[0, 4], b[0, 4] = float("inf"), 2.0
+    a[0, 5], b[0, 5] = 7.0, -3.5                   # an exact quotient
+    return a.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=str)
+def test_div_rounding_float(mode, dtype):
+    """Floating operands: bit-exact against eager (signed zeros, infinities, NaN, negatives; in
+    16 bits eager rounds the quotient, and each step of 'floor', to 16 bits), at several batch
+    sizes of one dynamic compile."""
+    m = _Div(mode)
+    cm = dl.compile(m, _div_operands(3, dtype), dynamic={0: {0: "N"}, 1: {0: "N"}},
+                    backend="cpu")
+    for n in (1, 3, 8):
+        ins = _div_operands(n, dtype)
+        for got, want in zip(cm(*ins), m(*ins)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+            num = ~want.isnan()   # signed zeros (a NaN's sign bit is not specified)
+            assert torch.equal(got.signbit()[num], want.signbit()[num])
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("divisor", [3, -4, 1])
+def test_div_rounding_integer_by_python_int(mode, divisor):
+    m = _Div(mode, divisor)
+    a = torch.arange(-13, 14).reshape(3, 9)
+    cm = dl.compile(m, (a, a), dynamic={0: {0: "N"}}, backend="cpu")
+    for x in (a, torch.randint(-2**40, 2**40, (5, 9))):
+        for got, want in zip(cm(x, a), m(x, a)):
+            assert got.dtype == want.dtype == torch.int64
+            assert torch.equal(got, want)
+
+
+def test_div_rounding_integer_refusals():
+    a = torch.arange(6).reshape(2, 3)
+    with pytest.raises(dl.UnsupportedOp, match=r"integer division \(rounding_mode='floor'\) by "
+                                               r"a tensor: eager raises on a zero divisor"):
+        dl.compile(_Div("floor"), (a, a), backend="cpu")
+    with pytest.raises(dl.UnsupportedOp, match=r"integer division by zero"):
+        dl.compile(_Div("trunc", 0), (a, a), backend="cpu")
+    with pytest.raises(dl.UnsupportedOp, match=r"rounding_mode='round'"):
+        dl.compile(_Div("round"), (a.float(), a.float()), backend="cpu")
+
+
+def test_rounding_division_and_pad_modes_compile_to_cubin():
+    """The CUDA spellings of the rounding divisions (float, double, half, int64) and the pad
+    modes compile with NVRTC (no GPU needed)."""
+    from dlcb_lab.kgen.emit import cuda_module
+    from dlcb_lab.kgen.infer import infer_kernels
+    from dlcb_lab.runtime.nvrtc import compile_cubin
+
+    class Mixed(torch.nn.Module):
+        def forward(self, a, b, i):
+            pads = [torch.nn.functional.pad(a, (2, 1, 1, 1), mode=m)
+                    for m in ("reflect", "replicate", "circular")]
+            return (*pads, torch.div(a, b, rounding_mode="floor"),
+                    torch.div(a.double(), b.double(), rounding_mode="trunc"),
+                    torch.div(a.half(), b.half(), rounding_mode="floor"),
+                    torch.div(a.bfloat16(), b.bfloat16(), rounding_mode="floor"), a.trunc(),
+                    torch.div(i, -3, rounding_mode="floor"), torch.div(i, 5, rounding_mode="trunc"))
+
+    ins = (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.arange(24).reshape(2, 3, 4))
+    cm = dl.compile(Mixed(), ins, dynamic={0: {0: "N", 2: "W"}, 1: {0: "N", 2: "W"},
+                                           2: {0: "N", 2: "W"}}, backend="cpu")
+    for got, want in zip(cm(*ins), Mixed()(*ins)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    src = cuda_module(infer_kernels(cm.pipeline.graph, True))
+    assert "dlcb_r_bf16>(" in src and "dlcb_trunc(" in src and "dlcb_fdiv(" in src
+    assert compile_cubin(src, arch="sm_90")[:4] == b"\x7fELF"

@@ -98,3 +98,53 @@ def test_tensor_remainder_refused_clearly():
 class _Gather(nn.Module):
     def forward(self, x, i):
         return torch.gather(x, 1, i)
+
+
+class _Fn2(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, i):
+        return self.fn(x, i)
+
+
+ZERO_D = {   # name: (fn, x, index): torch's 0-d and empty-index rules
+    "gather-0d-input": (lambda x, i: torch.gather(x, 0, i), torch.tensor(1.5),
+                        torch.tensor([0, 0, 0])),
+    "gather-0d-both": (lambda x, i: torch.gather(x, -1, i), torch.tensor(1.5), torch.tensor(0)),
+    "gather-0d-index": (lambda x, i: torch.gather(x, 0, i) * 2, torch.randn(4),
+                        torch.tensor(3)),
+    "gather-empty-uint8": (lambda x, i: torch.gather(x, 0, i), torch.randn(5),
+                           torch.zeros(2, 0, dtype=torch.uint8)),
+    "gather-empty-rank": (lambda x, i: torch.gather(x, 1, i), torch.randn(5, 3),
+                          torch.zeros(0, dtype=torch.int64)),
+    "index_select-0d": (lambda x, i: torch.index_select(x, 0, i), torch.tensor(2.5),
+                        torch.tensor([0])),
+    "index_select-0d-both": (lambda x, i: x.index_select(-1, i), torch.tensor(2.5),
+                             torch.tensor(0)),
+}
+
+
+@pytest.mark.parametrize("name", ZERO_D)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_zero_d_and_empty_index(name, dynamic):
+    fn, x, i = ZERO_D[name]
+    m = _Fn2(fn)
+    spec = {k: {a: f"d{k}_{a}" for a, n in enumerate(t.shape) if n > 1}
+            for k, t in enumerate((x, i))} if dynamic else False
+    cm = dl.compile(m, (x, i), dynamic=spec, backend="cpu")
+    got, want = cm(x, i), m(x, i)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if dynamic and name == "gather-0d-input":   # another index length; an index out of range
+        i2 = torch.tensor([0] * 5)
+        torch.testing.assert_close(cm(x, i2), m(x, i2), rtol=0, atol=0)
+        with pytest.raises(dl.ShapeMismatch, match=r"outside \[0, 1\)"):
+            cm(x, torch.tensor([0, 1]))
+
+
+def test_index_select_of_0d_needs_one_index():
+    with pytest.raises(dl.ShapeError, match="the index of a 0-d input has one element"):
+        dl.compile(_Fn2(lambda x, i: torch.index_select(x, 0, i)),
+                   (torch.tensor(1.0), torch.tensor([0, 0])), backend="cpu")

@@ -318,11 +318,14 @@ def test_clamp_tensor_bounds():
 
 MAX_POOLS = [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
              dict(kernel_size=3, stride=2, ceil_mode=True),
-             dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2))]
+             dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2)),
+             dict(kernel_size=3, stride=3, padding=1, ceil_mode=True)]   # a last window dropped
 AVG_POOLS = [dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
              dict(kernel_size=3, stride=2, padding=1, count_include_pad=True),
              dict(kernel_size=2, divisor_override=3), dict(kernel_size=(2, 3), stride=1),
-             dict(kernel_size=3, stride=1, padding=1, ceil_mode=True, count_include_pad=False)]
+             dict(kernel_size=3, stride=1, padding=1, ceil_mode=True, count_include_pad=False),
+             dict(kernel_size=(4, 3), stride=(2, 2), padding=(2, 1), ceil_mode=True),
+             dict(kernel_size=(2, 3), stride=3, padding=1, ceil_mode=True)]
 
 
 def test_max_pool2d():
@@ -362,14 +365,13 @@ def test_adaptive_avg_pool2d_rank3_and_none():
        s=st.tuples(st.integers(1, 3), st.integers(1, 3)), data=st.data(),
        ceil=st.booleans(), avg=st.booleans())
 def test_pool2d_random_params(k, s, data, ceil, avg):
-    """Random windows vs eager; ceil_mode only where it is supported on symbolic extents (the
-    last window cannot start in the padding: padding + stride <= window)."""
+    """Random windows vs eager, ceil_mode included (on symbolic extents torch drops a last
+    window that would start in the right padding: a floor-division expression)."""
     p = tuple(data.draw(st.integers(0, ki // 2)) for ki in k)
     d = (1, 1) if avg else tuple(data.draw(st.integers(1, 2)) for _ in k)
-    ceil = ceil and all(pi + si <= di * (ki - 1) + 1 for pi, si, di, ki in zip(p, s, d, k))
     if avg:
         pad = data.draw(st.booleans())
-        pool = nn.AvgPool2d(k, s, p, ceil, count_include_pad=pad and not (ceil and max(s) > 1))
+        pool = nn.AvgPool2d(k, s, p, ceil, count_include_pad=pad)
     else:
         pool = nn.MaxPool2d(k, s, p, d, ceil_mode=ceil)
     x, *calls = nchw(2, (2, 8, 9), (1, 6, 7), (2, 11, 10))
@@ -407,6 +409,12 @@ SHAPE_OPS = {   # name: (fn, n inputs, example shapes, dynamic, call shapes)
     "pad": (lambda x: (F.pad(x, (1, 2)), F.pad(x, (0, 1, 2, 0), value=-1.5),
                        F.pad(x, [1, 1, 1, 1, 1, 1], "constant", 0.25), F.pad(x, (-1, 2, 0, -1))),
             1, [(2, 3, 4)], {0: {0: "N", 2: "W"}}, [[(1, 3, 2)], [(4, 3, 7)]]),
+    "pad-modes": (lambda x: (F.pad(x, (2, 1), "reflect"), F.pad(x, (1, 2, 2, 0), "replicate"),
+                             F.pad(x, (-1, 3), mode="replicate"), F.pad(x, (3, -1), "reflect"),
+                             F.pad(x, (1, 4), "circular"), F.pad(x, (-1, 2, 1, 1), "circular"),
+                             F.pad(x[None], (1, 1, 2, 2), "reflect"), F.pad(x, (0, 0, 1, 0),
+                                                                             "circular")),
+                  1, [(2, 3, 4)], {0: {0: "N", 2: "W"}}, [[(1, 3, 5)], [(4, 3, 9)]]),
     "expand": (lambda x, y: (x.expand(2, -1, 4), x.expand_as(y), x.expand(x.shape[0], 4)), 2,
                [(3, 1), (3, 4)], {0: {0: "N"}, 1: {0: "N"}}, [[(5, 1), (5, 4)]]),
     "roll": (lambda x: (torch.roll(x, 1, 0), x.roll((2, -1), (1, -1)), torch.roll(x, 3)), 1,
@@ -461,14 +469,14 @@ def test_bad_axis_is_a_shape_error_naming_the_op(name):
 
 
 UNSUPPORTED = {
-    "pad-reflect": (lambda x: F.pad(x, (1, 1), mode="reflect"), r"pad mode 'reflect'"),
-    "narrow-tensor": (lambda x: x.narrow(1, x[0, 0].long(), 1), r"narrow start is a tensor"),
+    "pad-mode": (lambda x: F.pad(x, (1, 1), mode="zeros"), r"pad mode 'zeros'"),
+    "pad-reflect-value": (lambda x: F.pad(x, (1, 1), mode="reflect", value=1.0),
+                          r"pad mode 'reflect' takes no value"),
+    "narrow-tensor": (lambda x: x.narrow(1, x[0, 0].long(), 1),
+                      r"narrow start is the tensor .*data-dependent"),
     "split-symbolic": (lambda x: x.split(2, 0), r"split of symbolic axis 0 \(N\)"),
     "unbind-symbolic": (lambda x: x.unbind(0), r"unbind of symbolic axis 0 \(N\)"),
     "advanced-index": (lambda x: x[[0, 1]], r"advanced indexing"),
-    "max-pool-indices": (lambda x: F.max_pool2d(x[None], 2, return_indices=True)[0],
-                         r"return_indices"),
-    "conv-unbatched": (lambda x: F.conv2d(x[None], torch.ones(2, 1, 1, 1)), r"unbatched"),
     "conv1d": (lambda x: F.conv1d(x, torch.ones(2, 3, 1)), r"not supported by DLCB IR"),
     "sdpa-dropout": (lambda x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.1),
                      r"dropout_p=0.1"),
@@ -559,6 +567,24 @@ def test_sdpa_causal_and_scale():
                                    (rand(3, 2, 1, 8), rand(3, 2, 2, 8), rand(3, 2, 2, 8))])
 
 
+def test_sdpa_grouped_query_attention():
+    """enable_gqa: 6 query heads over 2 key/value heads (literal counts), batch and sequences
+    dynamic; a symbolic head count is tied to the key's instead (a host-checked constraint)."""
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), \
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    spec = {0: {0: "N", 2: "L"}, 1: {0: "N", 2: "S"}, 2: {0: "N", 2: "S"}}
+    q, k, v = rand(2, 6, 4, 8), rand(2, 2, 5, 8, seed=1), rand(2, 2, 5, 8, seed=2)
+    run(Fn3(fn), (q, k, v), spec, [(rand(1, 6, 3, 8), rand(1, 2, 7, 8), rand(1, 2, 7, 8))])
+    cm = run(Fn3(fn), (rand(2, 3, 4, 8),) * 3, {0: {1: "H"}, 1: {1: "H"}, 2: {1: "H"}},
+             [(rand(2, 5, 4, 8),) * 3])
+    with pytest.raises(dl.ShapeMismatch):
+        cm(rand(2, 4, 4, 8), rand(2, 2, 4, 8), rand(2, 2, 4, 8))
+    with pytest.raises(dl.ShapeError, match=r"q heads 6 not a multiple of k, v heads 4"):
+        dl.compile(Fn3(fn), (rand(1, 6, 2, 8), rand(1, 4, 2, 8), rand(1, 4, 2, 8)),
+                   backend="cpu")
+
+
 class MaskedAttention(nn.Module):
     def forward(self, q, kv, mask):
         return F.scaled_dot_product_attention(q, kv, kv, attn_mask=mask)
@@ -596,6 +622,14 @@ REQUIREMENTS = {   # name: (module, example, dynamic, violating input, message)
                  r"pad.*crops axis 1.*W = input 0 'x' axis 1"),
     "squeeze-rank": (Fn(lambda x: x.squeeze() + 1), rand(3, 1, 4), {0: {0: "N"}}, rand(1, 1, 4),
                      r"squeeze.*axis 0 \(N\) is not 1.*N = input 0 'x' axis 0"),
+    "pad-reflect": (Fn(lambda x: F.pad(x, (3, 0), "reflect")), rand(2, 6), {0: {1: "W"}},
+                    rand(2, 3), r"pad_axis.*reflect pad before \(3\) < extent W of axis 1.*"
+                                r"needs W - 4 >= 0.*W = input 0 'x' axis 1"),
+    "pad-circular": (Fn(lambda x: F.pad(x, (0, 4), "circular")), rand(2, 6), {0: {1: "W"}},
+                     rand(2, 3), r"pad_axis.*circular pad after \(4\) <= extent W of axis 1"),
+    "pad-replicate-empty": (Fn(lambda x: F.pad(x, (1, 1), "replicate")), rand(2, 6),
+                            {0: {0: "N", 1: "W"}}, rand(2, 0),
+                            r"replicate pad: axis 1 \(W\) is not empty.*W = input 0 .x. axis 1"),
 }
 
 
@@ -622,3 +656,137 @@ def test_static_shape_violation_names_the_axis(monkeypatch):
 def test_inner_dim_zero_at_run_time(fn, w):
     """The last axis is 0 at run time (after the slice): eager returns an empty tensor."""
     run(Fn(fn), (rand(2, 4, 5),), {0: {2: "W"}}, [(rand(2, 4, w),)])
+
+
+
+# --- lowered refusals: pad modes, unbatched conv, pool indices, tensor narrow start ------------
+
+def test_pad_modes_match_torch_edge_cases():
+    """Each mode against eager on every width pattern torch accepts on a 5-wide axis: widths up
+    to the extent, negative widths (reflect and replicate index the uncropped axis; circular
+    wraps the cropped one). Circular widths beyond the cropped extent, where torch reads memory
+    it has not written (or raises), are refused."""
+    cases = [(w0, w1) for w0 in range(-4, 5) for w1 in range(-4, 5)]
+    x = rand(2, 3, 5)
+    for mode in ("reflect", "replicate", "circular"):
+        fns = []
+        for pad in cases:
+            if mode == "circular" and max(pad) > 5 + sum(min(w, 0) for w in pad):
+                with pytest.raises(dl.ShapeError, match=r"circular pad .* <= extent"):
+                    dl.compile(Fn(lambda t, pad=pad: F.pad(t, pad, mode="circular")), (x,),
+                               backend="cpu")
+                continue
+            try:
+                F.pad(x, pad, mode=mode)
+            except RuntimeError:
+                continue
+            fns.append(pad)
+        assert len(fns) > 20, (mode, len(fns))
+        m = Fn(lambda t, fns=fns, mode=mode: tuple(F.pad(t, p, mode=mode) for p in fns))
+        run(m, (x,), False)
+
+
+def test_pad_mode_refusals_name_the_constraint():
+    with pytest.raises(dl.ShapeError, match=r"reflect pad after \(5\) < extent 5 of axis 2"):
+        dl.compile(Fn(lambda t: F.pad(t, (0, 5), "reflect")), (rand(2, 3, 5),), backend="cpu")
+    with pytest.raises(dl.ShapeError, match=r"reflect pad of 1 axes needs a rank-2 or rank-3 "
+                                            r"input, got rank 4"):
+        dl.compile(Fn(lambda t: F.pad(t, (1, 1), "reflect")), (rand(1, 2, 3, 5),),
+                   backend="cpu")
+
+
+def test_conv2d_unbatched():
+    """A rank-3 input: a batch axis of 1 around the library call, as torch adds it."""
+    conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+    m = Fn(lambda x: (conv(x), F.conv2d(x, conv.weight, None, 1, "same", 1, 1)), conv)
+    run(m, (rand(3, 9, 8),), {0: {1: "H", 2: "W"}}, [(rand(3, 5, 6),), (rand(3, 12, 7),)])
+    run(nn.Conv2d(4, 6, 1, groups=2), (rand(4, 3, 5),), False)
+
+
+def test_max_pool2d_indices():
+    """Indices as torch computes them (int64, flat into the input's H*W plane; with NaNs the
+    last NaN), beside the generated values, for 3-D and 4-D inputs."""
+    pools = [nn.MaxPool2d(3, 2, 1, return_indices=True),
+             nn.MaxPool2d((3, 2), (2, 1), (1, 0), (1, 2), return_indices=True)]
+    m = Fn(lambda x: pieces(pools[0](x), 2) + pieces(pools[1](x), 2) +
+           pieces(F.max_pool2d_with_indices(x[0], 2), 2) +
+           pieces(F.max_pool2d(x, 2, 1, 1, return_indices=True), 2), *pools)
+    x, *calls = nchw(2, (2, 9, 8), (1, 5, 6), (3, 12, 7))
+    calls[0][0][0, 1, 2, 3] = calls[0][0][0, 1, 2, 4] = float("nan")
+    cm = run(m, x, NCHW, calls)
+    assert [v.dtype for v in cm.pipeline.graph.outputs][1::2] == [torch.int64] * 4
+
+
+def test_adaptive_avg_pool2d_none_on_symbolic_axis():
+    run(nn.AdaptiveAvgPool2d((None, 3)), nchw(2, (2, 7, 8))[0], NCHW,
+        nchw(2, (1, 4, 5), (3, 9, 3), seed=3))
+
+
+class NarrowByBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("start", torch.tensor(2))
+
+    def forward(self, x):
+        return x.narrow(1, self.start, 3) * 2, torch.narrow(x, -1, self.start, 1)
+
+
+def test_narrow_tensor_start_read_at_trace_time():
+    """A constant 0-d start is read when the graph is built; a computed one is refused."""
+    run(NarrowByBuffer(), (rand(2, 6, 4),), {0: {1: "W", 2: "V"}}, [(rand(2, 5, 3),)])
+    with pytest.raises(dl.UnsupportedOp, match=r"narrow.*narrow start is the tensor"):
+        dl.compile(Fn(lambda x: x.narrow(1, x[0, 0].long(), 1)), (rand(4, 3),), backend="cpu")
+
+
+def test_avg_pool2d_ceil_mode_counts_the_clipped_window():
+    """ceil_mode with count_include_pad: the window ceil_mode adds is clipped at the padded
+    extent and divides by what is left, as torch does (``F.avg_pool2d(x, (4, 4), (2, 2), (2,),
+    True, True, None)``), on symbolic and literal extents."""
+    m = Fn(lambda x: (F.avg_pool2d(x, (4, 4), (2, 2), (2,), True, True, None),
+                      F.avg_pool2d(x, (3, 2), (2, 2), (1, 0), True, True)))
+    x, *calls = nchw(2, (1, 9, 8), (2, 10, 11), (1, 7, 6), (3, 13, 4))
+    run(m, x, NCHW, calls)
+    run(m, x, False)
+
+
+def _failing_window(monkeypatch):
+    """avg_pool2d whose window kgen refuses (fault injection: no op raises in kgen today)."""
+    from dataclasses import replace
+
+    from dlcb_lab.ir.ops import OPS
+
+    def window(g, node, coords):
+        raise dl.UnsupportedOp("window refused")
+    monkeypatch.setitem(OPS, "avg_pool2d", replace(OPS["avg_pool2d"], window=window))
+
+
+def test_refusal_raised_in_kgen_names_op_node_and_line(monkeypatch):
+    """A refusal raised while kgen infers a kernel names the op, its IR value and the user's
+    source line, as a refusal raised while lowering does."""
+    _failing_window(monkeypatch)
+    pool = Fn(lambda x: F.avg_pool2d(x, 2).relu())
+    with pytest.raises(dl.UnsupportedOp) as ei:
+        dl.compile(pool, (rand(1, 2, 9, 9),), backend="cpu")
+    err = ei.value
+    assert (err.op, err.node) == ("avg_pool2d", "avg_pool2d")
+    assert err.where.startswith(f"{HERE}:") and "F.avg_pool2d(x, 2).relu()" in err.where
+    assert str(err).startswith(f"avg_pool2d 'avg_pool2d' at {HERE}:")
+    assert str(err).endswith(": window refused")
+
+
+def test_refusal_in_kgen_located_from_the_ir_node(monkeypatch):
+    """Without the bridge: an IR graph built directly, its refusal located at the IR node (the
+    node's op, value name and ``where``), not at the kernel that reads it."""
+    from dlcb_lab.ir.graph import Graph
+    from dlcb_lab.kgen.infer import infer_kernels
+
+    _failing_window(monkeypatch)
+    g = Graph()
+    x = g.input("x", [1, 2, 9, 9], torch.float32)
+    p = g.apply("avg_pool2d", x, name="pooled", where="model.py:7", kernel_size=(2, 2),
+                stride=(2, 2), padding=(0, 0), ceil_mode=False, count_include_pad=True,
+                divisor_override=None)
+    g.set_outputs([g.apply("relu", p, name="act", where="model.py:8")])
+    with pytest.raises(dl.UnsupportedOp) as ei:
+        infer_kernels(g)
+    assert (ei.value.op, ei.value.node, ei.value.where) == ("avg_pool2d", "pooled", "model.py:7")

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..dims import Expr, Lit, as_expr
-from ..errors import ShapeError, UnsupportedOp
+from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Graph, Value
 
 
@@ -93,6 +93,21 @@ def dim_arg(x: Any, what: str) -> Expr:
     if isinstance(x, bool) or not isinstance(x, (int, Expr)):
         raise UnsupportedOp(f"{what} {x!r} is not an integer")
     return as_expr(x)
+
+
+def constant_int(cx: Cx, x: Value, what: str) -> int:
+    """The value of a 0-d integer tensor that is a graph constant (a module buffer or parameter,
+    read at trace time); a program input or a computed tensor is a data-dependent size
+    (``UnsupportedOp``)."""
+    t = next((c for v, c in cx.g.constants if v is x), None)
+    if t is None:
+        raise UnsupportedOp(f"{what} is the tensor '{x.name}', an input or a computed value (a "
+                            f"data-dependent size); only constant tensors (module buffers and "
+                            f"parameters) are read at trace time")
+    if t.dim() != 0 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool:
+        raise DTypeError(f"{what} must be a 0-d integer tensor, got a {t.dim()}-d "
+                         f"{str(t.dtype).removeprefix('torch.')} tensor (torch rejects it)")
+    return int(t)
 
 
 def refuse(**kw: Any) -> None:

@@ -59,9 +59,31 @@ class _Tracer(fx.Tracer):
             f = f.f_back
         if f is not None:
             code = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
-            node.meta["dlcb_where"] = (f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} "
+            node.meta["dlcb_where"] = (f"{source_file(f.f_code.co_filename)}:{f.f_lineno} "
                                        f"in {f.f_code.co_name}: {code}")
         return node
+
+
+def source_file(filename: str, cells: Mapping[str, int] | None = None) -> str:
+    """The file part of a source location: a notebook cell as IPython names it (``In[3]``;
+    IPython's compiler maps each cell's file name, e.g. ``ipykernel_<pid>/<hash>.py``, to its
+    execution count), else the basename. ``cells`` maps file names to execution counts; by
+    default the running IPython's map (none outside IPython)."""
+    if cells is None:
+        cell = _ipython_cell(filename)
+    else:
+        cell = f"In[{cells[filename]}]" if filename in cells else None
+    return cell or os.path.basename(filename)
+
+
+def _ipython_cell(filename: str) -> str | None:
+    """IPython's name for the cell compiled to ``filename`` (None outside IPython; IPython is
+    never imported here)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    fmt = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    named = fmt(filename) if fmt is not None else None
+    return named[1] if named else None
 
 
 def trace(module: nn.Module) -> fx.GraphModule:
@@ -179,8 +201,31 @@ def _additive(op: str) -> Callable:
 
 
 def _l_div(cx, input, other, *, rounding_mode=None, out=None):
-    refuse(rounding_mode=(rounding_mode, None), out=(out, None))
-    return cx.apply("div", operand(input), operand(other))
+    """``rounding_mode`` 'trunc' / 'floor': floating operands round the quotient as torch does;
+    integral ones divide exactly (C truncation, floor division) by a non-zero Python int. An
+    integral tensor divisor is refused: eager raises on a zero divisor, a kernel cannot."""
+    refuse(out=(out, None))
+    a, b = operand(input), operand(other)
+    if rounding_mode is None or not any(isinstance(x, Value) for x in (a, b)):
+        return cx.apply("div", a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise UnsupportedOp(f"rounding_mode={rounding_mode!r} (torch takes None, 'trunc' or "
+                            f"'floor')")
+    probe = [torch.zeros((1,) * x.rank, dtype=x.dtype) if isinstance(x, Value) else x
+             for x in (a, b)]
+    dtype = torch.result_type(*probe)
+    if dtype.is_floating_point:   # 16-bit floor: every step rounded, as eager computes it
+        if rounding_mode == "trunc":
+            return cx.apply("trunc", cx.apply("div", a, b))
+        return cx.apply({torch.float16: "div_floor_f16", torch.bfloat16: "div_floor_bf16"}.get(
+            dtype, "div_floor"), a, b)
+    if isinstance(b, Value):
+        raise UnsupportedOp(f"integer division (rounding_mode={rounding_mode!r}) by a tensor: "
+                            f"eager raises on a zero divisor, a generated kernel cannot check "
+                            f"it; divide by a Python int or in a floating dtype")
+    if b == 0:
+        raise UnsupportedOp("integer division by zero (eager raises ZeroDivisionError)")
+    return cx.apply(f"div_{rounding_mode}_int", a, b)
 
 
 def _boolean(op: str) -> Callable:
@@ -328,7 +373,7 @@ def _l_assert(cx, condition, message=""):
 LOWERINGS: dict[str, Callable] = {
     "identity": _l_identity, "contiguous": _l_contiguous, "relu": _l_relu,
     **{op: _unary(op) for op in ("neg", "abs", "exp", "sigmoid", "tanh", "logical_not", "log",
-                                 "sqrt", "rsqrt", "erf")},
+                                 "sqrt", "rsqrt", "erf", "trunc")},
     **{op: _binary(op) for op in ("mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
                                   "logical_and", "logical_or")},
     "add": _additive("add"), "sub": _additive("sub"), "div": _l_div, "where": _l_where,

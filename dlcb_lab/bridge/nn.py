@@ -27,7 +27,8 @@ except ImportError:   # pragma: no cover
 from ..dims import Expr, Lit, as_expr, lit, prod
 from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Value
-from .common import Cx, axes_arg, dim_arg, operand, refuse, tensor_arg, wrap_axis
+from ..ir.ops.shape import PAD_MODES
+from .common import Cx, axes_arg, constant_int, dim_arg, operand, refuse, tensor_arg, wrap_axis
 
 
 def _pair(v: Any, what: str) -> tuple[int, int]:
@@ -53,9 +54,16 @@ def _channel_bias(cx: Cx, y: Value, bias: Any, axis: int) -> Value:
 # --- library ops ----------------------------------------------------------------------------------
 
 def _l_conv2d(cx, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """An unbatched (rank-3) input gets a batch axis of 1 around the library call, as in torch."""
     x, w = tensor_arg(input), tensor_arg(weight, "weight")
     if x.rank == 3 and w.rank == 4:
-        raise UnsupportedOp("conv2d of an unbatched (rank-3) input; add a batch axis")
+        if isinstance(groups, int) and not isinstance(groups, bool):
+            # the channel constraint first, so the batch view's shape holds the solved channels
+            cx.g.constrain(cx.g.dims(x)[0], cx.g.dims(w)[1] * groups, "conv2d",
+                           f"input channels (axis 0) == weight axis 1 x groups {groups}",
+                           cx.where)
+        y = _l_conv2d(cx, _unsqueeze(cx, x, 0), w, bias, stride, padding, dilation, groups)
+        return cx.apply("reshape", y, shape=cx.g.dims(y)[1:])
     if isinstance(padding, str):
         if padding not in ("same", "valid"):
             raise UnsupportedOp(f"padding={padding!r}")
@@ -111,14 +119,16 @@ def _l_addmm(cx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
 
 def _l_sdpa(cx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
             enable_gqa=False):
-    """A boolean ``attn_mask`` (True: attend) becomes the additive mask ``0 / -inf``."""
-    refuse(dropout_p=(dropout_p, 0.0), enable_gqa=(enable_gqa, False))
+    """A boolean ``attn_mask`` (True: attend) becomes the additive mask ``0 / -inf``;
+    ``enable_gqa``: k and v heads (axis -3) may divide q's (an attribute only when set)."""
+    refuse(dropout_p=(dropout_p, 0.0))
     if is_causal and attn_mask is not None:
         raise ShapeError("attn_mask and is_causal=True together (torch rejects them)")
     ins = [tensor_arg(query, "query"), tensor_arg(key, "key"), tensor_arg(value, "value")]
     if attn_mask is not None:
         ins.append(_additive_mask(cx, tensor_arg(attn_mask, "attn_mask"), ins[0].dtype, True))
-    return cx.apply("sdpa", *ins, is_causal=bool(is_causal), scale=scale)
+    gqa = {"enable_gqa": True} if enable_gqa else {}
+    return cx.apply("sdpa", *ins, is_causal=bool(is_causal), scale=scale, **gqa)
 
 
 def _additive_mask(cx: Cx, mask: Value, dtype: torch.dtype, attend: bool) -> Value:
@@ -262,17 +272,19 @@ def _pool_stride(stride: Any, k: tuple[int, int]) -> tuple[int, int]:
 
 def _l_max_pool2d_with_indices(cx, input, kernel_size, stride=None, padding=0, dilation=1,
                                ceil_mode=False, return_indices=False):
-    raise UnsupportedOp("max_pool2d with return_indices=True (an indices output)")
+    return _l_max_pool2d(cx, input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
 def _l_max_pool2d(cx, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                   return_indices=False):
-    refuse(return_indices=(return_indices, False))
+    """With ``return_indices``, (values, indices): the values a generated reduction, the int64
+    indices (flat into the input's H*W plane) ATen's ``max_pool2d_with_indices``."""
     k = _pair(kernel_size, "kernel_size")
-    return cx.apply("max_pool2d", tensor_arg(input), kernel_size=k,
-                    stride=_pool_stride(stride, k),
-                    padding=_pair(padding, "padding"), dilation=_pair(dilation, "dilation"),
-                    ceil_mode=bool(ceil_mode))
+    x = tensor_arg(input)
+    attrs = dict(kernel_size=k, stride=_pool_stride(stride, k), padding=_pair(padding, "padding"),
+                 dilation=_pair(dilation, "dilation"), ceil_mode=bool(ceil_mode))
+    y = cx.apply("max_pool2d", x, **attrs)
+    return (y, cx.apply("max_pool2d_indices", x, **attrs)) if return_indices else y
 
 
 def _l_avg_pool2d(cx, input, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -296,10 +308,9 @@ def _l_adaptive_avg_pool2d(cx, input, output_size):
     out = []
     for i, o in enumerate(size):
         d = dims[x.rank - 2 + i]
-        if o is None:
-            if not isinstance(d, Lit):
-                raise UnsupportedOp(f"output_size None on symbolic axis {d!r}")
-            o = d.value
+        if o is None:   # the input's extent
+            out.append(d.value if isinstance(d, Lit) else None)
+            continue
         out.append(int(o))
     if out == [1, 1]:   # global pooling: a mean over both axes
         return cx.apply("mean", x, dims=(x.rank - 2, x.rank - 1), keepdim=True)
@@ -377,10 +388,14 @@ def _l_getitem(cx, input, idx):
 
 def _l_narrow(cx, input, dim, start, length):
     """``x[..., start : start + length, ...]``; unlike a slice, torch does not clamp: the range
-    must lie in the axis (checked now on a literal axis, by the host on a symbolic one)."""
+    must lie in the axis (checked now on a literal axis, by the host on a symbolic one). A tensor
+    ``start`` is read at trace time when it is a constant (a module buffer or parameter; a later
+    change to it is not seen)."""
     x = tensor_arg(input)
     a = wrap_axis(dim, x.rank)
     d = cx.g.dims(x)[a]
+    if isinstance(start, Value):   # torch's Tensor start: a 0-d integer tensor
+        start = constant_int(cx, start, "narrow start")
     s, n = dim_arg(start, "narrow start"), dim_arg(length, "narrow length")
     if isinstance(s, Lit) and s.value < 0:
         s = d + s
@@ -507,29 +522,64 @@ def _l_unbind(cx, input, dim=0):
 
 def _l_pad(cx, input, pad, mode="constant", value=None):
     x = tensor_arg(input)
-    if mode != "constant":
-        raise UnsupportedOp(f"pad mode {mode!r} (constant only)")
+    if mode not in ("constant", *PAD_MODES):
+        raise UnsupportedOp(f"pad mode {mode!r} (constant, reflect, replicate, circular)")
     pad = [dim_arg(p, "pad width") for p in pad]
     if len(pad) % 2 or len(pad) // 2 > x.rank:
         raise ShapeError(f"pad {pad} for a rank-{x.rank} tensor")
+    if mode != "constant":
+        return _pad_mode(cx, x, pad, mode, value)
     before, after = [lit(0)] * x.rank, [lit(0)] * x.rank
     for i in range(len(pad) // 2):
         a = x.rank - 1 - i
-        b, e = pad[2 * i], pad[2 * i + 1]
-        if isinstance(b, Lit) and b.value < 0 or isinstance(e, Lit) and e.value < 0:
-            # a negative width crops: a slice of the axis, which must stay non-negative
-            d = cx.g.dims(x)[a]
-            lo = -b if isinstance(b, Lit) and b.value < 0 else lit(0)
-            hi = d + e if isinstance(e, Lit) and e.value < 0 else d
-            cx.g.require(hi - lo, "pad", f"negative pad ({b!r}, {e!r}) crops axis {a} of extent "
-                         f"{d!r} to a non-negative size", cx.where)
-            x = slice_axis(cx, x, a, lo, hi, 1)
-            b, e = (lit(0) if isinstance(w, Lit) and w.value < 0 else w for w in (b, e))
-        before[a], after[a] = b, e
+        x, before[a], after[a] = _crop(cx, x, a, pad[2 * i], pad[2 * i + 1])
     if all(p is lit(0) for p in before + after):
         return x
     return cx.apply("pad", x, before=tuple(before), after=tuple(after),
                     value=0.0 if value is None else value)
+
+
+def _pad_mode(cx: Cx, x: Value, pad: list[Expr], mode: str, value: Any) -> Value:
+    """Reflect, replicate or circular padding: one ``pad_axis`` per padded axis (the index maps
+    are separable). torch's rules: 1 to 3 padded axes after one or two leading axes, every axis
+    but a leading batch axis non-empty (reflect, replicate), no ``value``. Circular crops
+    negative widths first and wraps the cropped axis, as torch does."""
+    if value is not None:
+        raise UnsupportedOp(f"pad mode {mode!r} takes no value (torch rejects value={value!r})")
+    k = len(pad) // 2
+    if not 1 <= k <= 3 or x.rank not in (k + 1, k + 2):
+        raise ShapeError(f"{mode} pad of {k} axes needs a rank-{k + 1} or rank-{k + 2} input, "
+                         f"got rank {x.rank} (torch's rule)")
+    dims = cx.g.dims(x)
+    if mode != "circular":
+        for a in range(1 if x.rank == k + 2 else 0, x.rank):
+            cx.g.require(dims[a] - 1, "pad", f"{mode} pad: axis {a} ({dims[a]!r}) is not empty "
+                         f"(torch's rule for non-batch axes)", cx.where)
+    for i in range(k):
+        a = x.rank - 1 - i
+        b, e = pad[2 * i], pad[2 * i + 1]
+        if b is lit(0) and e is lit(0):
+            continue
+        if mode == "circular":
+            x, b, e = _crop(cx, x, a, b, e)
+            if b is lit(0) and e is lit(0):
+                continue
+        x = cx.apply("pad_axis", x, dim=a - x.rank, before=b, after=e, mode=mode)
+    return x
+
+
+def _crop(cx: Cx, x: Value, a: int, b: Expr, e: Expr) -> tuple[Value, Expr, Expr]:
+    """Negative pad widths on axis ``a`` as a slice (the cropped axis must stay non-negative);
+    returns the sliced value and the widths left (negative ones 0)."""
+    neg = [isinstance(w, Lit) and w.value < 0 for w in (b, e)]
+    if not any(neg):
+        return x, b, e
+    d = cx.g.dims(x)[a]
+    lo = -b if neg[0] else lit(0)
+    hi = d + e if neg[1] else d
+    cx.g.require(hi - lo, "pad", f"negative pad ({b!r}, {e!r}) crops axis {a} of extent {d!r} "
+                 f"to a non-negative size", cx.where)
+    return slice_axis(cx, x, a, lo, hi, 1), *(lit(0) if n else w for n, w in zip(neg, (b, e)))
 
 
 def _l_expand(cx, input, *sizes, **kwargs):

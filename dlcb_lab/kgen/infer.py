@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
 from ..dims.bounds import Bounds, lower, nonneg, upper
+from ..errors import DLError
 from ..ir.dtypes import I64, dtype_of
 from ..ir.graph import Graph, Value
 from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Reduction, \
@@ -235,14 +236,14 @@ class _Builder:
             node = v.producer
             if node.op.kind is OpKind.GATHER:    # coordinates read from an index tensor
                 self.path.append((node.op.name, "index tensor"))   # loads made by gathered
-                ins = node.op.reverse(self.g, node, coords, index=self.gathered)
+                ins = located(node, node.op.reverse, self.g, node, coords, index=self.gathered)
                 self.path.pop()
                 x, c = next((x, c) for x, c in zip(node.inputs, ins) if c is not None)
                 self.enter(node, coords, c)
                 name = self.value(x, c)
                 self.path.pop()
                 return name
-            ins = node.op.reverse(self.g, node, coords)
+            ins = located(node, node.op.reverse, self.g, node, coords)
             if node.op.kind.is_transform:   # pure coordinate transforms
                 self.enter(node, coords, ins[0])
                 name = self.value(node.inputs[0], ins[0])
@@ -252,7 +253,9 @@ class _Builder:
             if node.op.kind is OpKind.SELECT:
                 refs: list[tuple[str, Ref]] = []
                 default: Ref | Imm | None = None
-                for x, c in zip(node.inputs, ins):
+                # one alternative per input (cat, pad), or several reads of one input (pad_axis)
+                srcs = node.inputs if len(node.inputs) == len(ins) else (node.inputs[0],) * len(ins)
+                for x, c in zip(srcs, ins):
                     self.enter(node, coords, c)
                     p, val = self.guarded(x, c)
                     self.path.pop()
@@ -314,7 +317,7 @@ class _Builder:
         elif node is not None and node.op.kind is OpKind.REDUCE:
             red = REDUCTIONS[node.op.name]
             acc_t = acc_dtype(red, out_t)
-            win = node.op.window(self.g, node, coords)
+            win = located(node, node.op.window, self.g, node, coords)
             extent = prod(win.extents)
             acc = self.tmp("acc")
             self.outer.stmts.append(AccInit(acc, red, acc_t))
@@ -369,7 +372,7 @@ class _Builder:
 
     def reduce_loops(self, node, coords, win, extent, loops, acc, red, acc_t, counter) -> None:
         lvars = self.open_loops(win.extents, win.bounds, extent, loops)
-        (where,) = node.op.reverse(self.g, node, coords, loops=lvars)
+        (where,) = located(node, node.op.reverse, self.g, node, coords, loops=lvars)
         self.enter(node, coords, where)
         pred, val = self.guarded(node.inputs[0], where)
         self.path.pop()
@@ -386,7 +389,7 @@ class _Builder:
         self.outer.stmts.append(RowInit(kind))
         if not extent.is_lit(0):
             lvars = self.open_loops(exts, exts, extent, loops)
-            ins = node.op.reverse(self.g, node, coords, loops=lvars)
+            ins = located(node, node.op.reverse, self.g, node, coords, loops=lvars)
             self.enter(node, coords, ins[0])
             self.inner.stmts.append(RowAccumulate(kind, self.value(node.inputs[0], ins[0])))
             self.path.pop()
@@ -398,7 +401,7 @@ class _Builder:
             return
         again: list = []
         lvars = self.open_loops(exts, exts, extent, again)
-        ins = node.op.reverse(self.g, node, coords, loops=lvars)
+        ins = located(node, node.op.reverse, self.g, node, coords, loops=lvars)
         self.enter(node, coords, ins[0])
         affine = [self.value(p, c) for p, c in zip(node.inputs[1:], ins[1:])]
         res = self.tmp("v")
@@ -434,6 +437,7 @@ def transform_kind(node, coords, ins, loop_names) -> str:
 
 _TRANSFORM_KINDS = {"reshape": "reshape (div/mod)", "permute": "permute", "slice": "slice",
                     "roll": "roll (mod)", "pad": "pad (guarded)", "cat": "cat (guarded)",
+                    "pad_axis": "pad (reflect/replicate/circular, guarded)",
                     "select": "guarded select", "gather": "gather", "row": "row loop"}
 """``transform_kind`` by op name, then by op kind."""
 
@@ -501,11 +505,29 @@ def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
                 prod(g.dims(v)).is_lit(0):
             continue
         name = f"dlcb_k{i}_{_ident(v.name)}"
-        body = _Builder(g, v, mat_ids, name).build()
-        if cooperative and body.reduce_extent is not None:
-            body = replace(body, variant=_Builder(g, v, mat_ids, name + "_blk", True).build())
+        try:
+            body = _Builder(g, v, mat_ids, name).build()
+            if cooperative and body.reduce_extent is not None:
+                body = replace(body, variant=_Builder(g, v, mat_ids, name + "_blk", True).build())
+        except DLError as err:   # not located at a node below: the kernel's own value
+            raise err.locate(*_where(v)) from None
         out.append(body)
     return out
+
+
+def _where(v: Value) -> tuple[str, str, str]:
+    """(op, node, source line) of ``v`` for ``DLError.locate``."""
+    n = v.producer
+    return ("input", v.name, "") if n is None else (n.op.name, n.out.name, n.where)
+
+
+def located(node, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with a ``DLError`` it raises located at ``node`` (its op, value
+    and source line), unless a node below already located it."""
+    try:
+        return fn(*args, **kwargs)
+    except DLError as err:
+        raise err.locate(*_where(node.out)) from None
 
 
 def _ident(s: str) -> str:

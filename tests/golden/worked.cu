@@ -21,6 +21,23 @@ __device__ __forceinline__ dlcb_bf16 dlcb_to_bf16(float f) {
 template <typename I> __device__ __forceinline__ I dlcb_fdiv(I a, I b) {
   I q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
+template <typename T> __device__ __forceinline__ T dlcb_trunc(T x) { return x; }  // integers
+__device__ __forceinline__ float dlcb_trunc(float x) { return truncf(x); }
+__device__ __forceinline__ double dlcb_trunc(double x) { return trunc(x); }
+// torch's div_floor for floats: the quotient of a - fmod(a, b), rounded to the floor's neighbour;
+// R rounds each step (16-bit formats: to 16 bits and back, as eager computes in the format)
+template <typename T> __device__ __forceinline__ T dlcb_keep(T x) { return x; }
+__device__ __forceinline__ float dlcb_r_f16(float x) { return dlcb_from_f16(dlcb_to_f16(x)); }
+__device__ __forceinline__ float dlcb_r_bf16(float x) { return dlcb_from_bf16(dlcb_to_bf16(x)); }
+template <typename T, T (*R)(T)> __device__ __forceinline__ T dlcb_div_floor(T a, T b) {
+  if (b == T(0)) return a / b;
+  const T mod = R(fmod(a, b));
+  T div = R(R(a - mod) / b);
+  if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div = R(div - T(1));
+  if (div == T(0)) return copysign(T(0), a / b);
+  T f = floor(div);
+  return div - f > T(0.5) ? f + T(1) : f;
+}
 template <typename I> __device__ __forceinline__ I dlcb_fmod(I a, I b) {
   I r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }

@@ -14,7 +14,7 @@ from ...dims import Expr, Lit, Shape, shape
 from ...errors import ShapeError, UnsupportedOp
 from .core import OpDef, OpKind, register
 from .elementwise import broadcast_dims
-from .reduction import pool_extent
+from .reduction import infer_pool, pool_extent
 
 if TYPE_CHECKING:
     from ..graph import Graph, Node
@@ -133,7 +133,20 @@ def _infer_sdpa(g: "Graph", node: "Node") -> Shape:
     if min(q.rank, k.rank, v.rank) < 2:
         raise ShapeError(f"q, k, v need rank >= 2, got {q.rank}, {k.rank}, {v.rank}")
     dq, dk, dv = g.dims(q), g.dims(k), g.dims(v)
-    batch = broadcast_dims(g, node, [(0, dq[:-2]), (1, dk[:-2]), (2, dv[:-2])])
+    if node.attrs.get("enable_gqa") and min(q.rank, k.rank, v.rank) >= 3:
+        # grouped-query attention: k and v share a head count (axis -3) dividing q's
+        hq, hk = dq[-3], dk[-3]
+        g.constrain(hk, dv[-3], node, "enable_gqa: k heads (axis -3) with v heads")
+        hk = g.solver.resolve(hk)
+        if not (isinstance(hq, Lit) and isinstance(hk, Lit)):   # a ratio needs literal counts
+            g.constrain(hq, hk, node, "enable_gqa: q heads (axis -3) with k, v heads (a "
+                                      "symbolic head count is not grouped)")
+            hq = g.solver.resolve(hq)
+        elif hk.value == 0 or hq.value % hk.value:
+            raise ShapeError(f"enable_gqa: q heads {hq!r} not a multiple of k, v heads {hk!r}")
+        batch = [*broadcast_dims(g, node, [(0, dq[:-3]), (1, dk[:-3]), (2, dv[:-3])]), hq]
+    else:
+        batch = broadcast_dims(g, node, [(0, dq[:-2]), (1, dk[:-2]), (2, dv[:-2])])
     g.constrain(dq[-1], dk[-1], node, "embedding: q last axis with k last axis")
     g.constrain(dk[-2], dv[-2], node, "sequence: k axis -2 with v axis -2")
     if mask:
@@ -143,8 +156,10 @@ def _infer_sdpa(g: "Graph", node: "Node") -> Shape:
     return shape([*(g.solver.resolve(d) for d in (*batch, dq[-2], dv[-1]))])
 
 
-def _ref_sdpa(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal, scale=scale)
+def _ref_sdpa(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None,
+              enable_gqa: bool = False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal, scale=scale,
+                                          **({"enable_gqa": True} if enable_gqa else {}))
 
 
 def _sample_sdpa(n: int):
@@ -154,3 +169,26 @@ def _sample_sdpa(n: int):
 
 
 _library("sdpa", _infer_sdpa, _ref_sdpa, _sample_sdpa)
+
+
+# --- max_pool2d's indices (the values are the generated max_pool2d reduction) ------------------
+
+def _infer_pool_indices(g: "Graph", node: "Node") -> Shape:
+    """The pool's output shape; int64 (the dtype rule gives library ops their operand's dtype)."""
+    node.out.dtype = torch.int64
+    return infer_pool(g, node)
+
+
+def _ref_pool_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Per output element, the flat index into the input's H*W plane of the window's maximum, as
+    ATen computes it (the last NaN, else the first maximum)."""
+    return F.max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[1]
+
+
+def _sample_pool_indices(n: int):
+    return ((torch.randn(n, 3, 9, 8, generator=_rng(n)),),
+            {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 1), "dilation": (1, 2),
+             "ceil_mode": False})
+
+
+_library("max_pool2d_indices", _infer_pool_indices, _ref_pool_indices, _sample_pool_indices)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ...dims import Expr, Lit, Shape, lit, prod, shape
-from ...errors import ShapeError, UnsupportedOp
+from ...errors import ShapeError
 from .core import Coords, Guarded, OpDef, OpKind, Window, in_bounds, register
 
 if TYPE_CHECKING:
@@ -110,10 +110,15 @@ def pool_extent(g: "Graph", node: "Node", d: Expr, k: int, s: int, p: int, dil: 
     if isinstance(d, Lit):
         out = -(-(d.value + 2 * p - eff) // s) + 1
         return lit(out - 1 if (out - 1) * s >= d.value + p else out)
-    if p + s > eff:   # torch drops a last window starting in the padding; not expressible here
-        raise UnsupportedOp(f"{axis}: ceil_mode with stride {s} + padding {p} > window {eff} "
-                            f"and a symbolic extent {d!r}")
-    return (d + 2 * p - eff + s - 1) // s + 1
+    n = d + 2 * p - eff
+    out = (n + s - 1) // s + 1
+    if p + s <= eff:   # the last window always starts inside the axis
+        return out
+    # torch drops a last window starting in the right padding: (out - 1)*s >= d + p, i.e.
+    # r >= eff - p with r = (out - 1)*s - n = (-n) mod s in [0, s); here 0 < eff - p < s, so
+    # the drop is (r + s - (eff - p)) // s, in {0, 1}
+    r = (s - n % s) % s
+    return out - (r + s - (eff - p)) // s
 
 
 def _pair(v) -> tuple[int, int]:
@@ -126,7 +131,7 @@ def _pool_params(node: "Node"):
             _pair(a.get("dilation", 1)), a["ceil_mode"])
 
 
-def _infer_pool(g: "Graph", node: "Node") -> Shape:
+def infer_pool(g: "Graph", node: "Node") -> Shape:
     (x,) = node.inputs
     if x.rank not in (3, 4):
         raise ShapeError(f"pooling needs a rank-3 or rank-4 input, got rank {x.rank}")
@@ -160,12 +165,24 @@ def _window_pool(g: "Graph", node: "Node", coords: Coords) -> Window:
     elif a.get("divisor_override"):
         count = lit(a["divisor_override"])
     elif a.get("count_include_pad", True):
-        if ceil and any(si > 1 for si in s):   # torch clips the window at the padded extent
-            raise UnsupportedOp("avg_pool2d with ceil_mode, count_include_pad and stride > 1")
         count = lit(k[0] * k[1])
+        if ceil:   # torch clips the last window at the padded extent
+            (x,) = node.inputs
+            dims, r = g.dims(x), x.rank
+            count = _clipped_count(dims[r - 2], coords[r - 2], k[0], s[0], p[0]) * \
+                _clipped_count(dims[r - 1], coords[r - 1], k[1], s[1], p[1])
     else:
         count = None   # the elements in the input
     return Window((lit(k[0]), lit(k[1])), (lit(k[0]), lit(k[1])), count)
+
+
+def _clipped_count(d: Expr, o: Expr, k: int, s: int, p: int) -> Expr:
+    """Elements of window ``o`` inside the padded axis ``[-p, d + p)``: ``k``, or
+    ``d + 2p - o*s`` for the one window ceil_mode adds past the last full one (it starts inside
+    the axis or its left padding, so the count is positive). ``o // (full + 1)`` is 1 exactly for
+    that window, ``full = (d + 2p - k) // s`` the last full window."""
+    last = o // ((d + 2 * p - k) // s + 1)
+    return k + last * (d + 2 * p - k - o * s)
 
 
 def _sample_pool(**attrs):
@@ -185,16 +202,17 @@ def _ref_avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad=
                         divisor_override)
 
 
-_register("max_pool2d", Reduction(Combine.MAX), _infer_pool, _reverse_pool, _ref_max_pool,
+_register("max_pool2d", Reduction(Combine.MAX), infer_pool, _reverse_pool, _ref_max_pool,
           _window_pool, _sample_pool(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1),
                                      dilation=(1, 1), ceil_mode=True))
-_register("avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_pool, _reverse_pool,
+_register("avg_pool2d", Reduction(Combine.SUM, mean=True), infer_pool, _reverse_pool,
           _ref_avg_pool, _window_pool,
           _sample_pool(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=False,
                        count_include_pad=False, divisor_override=None))
 
 
 # --- adaptive average pooling: window [o*D//n, ceil((o+1)*D/n)) for n outputs ------------
+# (an output size None keeps the axis: n = D, a window of one element)
 
 def _infer_adaptive(g: "Graph", node: "Node") -> Shape:
     (x,) = node.inputs
@@ -204,7 +222,8 @@ def _infer_adaptive(g: "Graph", node: "Node") -> Shape:
     for i, o in enumerate(node.attrs["output_size"]):
         a = x.rank - 2 + i
         g.require(dims[a] - 1, node, f"axis {a} of extent {dims[a]!r} is not empty")
-        dims[a] = lit(o)
+        if o is not None:   # None: the input's extent (a window of one element)
+            dims[a] = lit(o)
     return shape(dims)
 
 
@@ -219,6 +238,10 @@ def _window_adaptive(g: "Graph", node: "Node", coords: Coords) -> Window:
     ext, bounds = [], []
     for i, n_out in enumerate(node.attrs["output_size"]):
         a = x.rank - 2 + i
+        if n_out is None:
+            ext.append(lit(1))
+            bounds.append(lit(1))
+            continue
         lo, hi = _adaptive_bounds(dims[a], coords[a], n_out)
         ext.append(hi - lo)
         bounds.append(dims[a] if n_out == 1 else dims[a] // n_out + 2)
@@ -232,7 +255,8 @@ def _reverse_adaptive(g: "Graph", node: "Node", coords: Coords, *, loops: Coords
     out = list(coords)
     for i, n_out in enumerate(node.attrs["output_size"]):
         a = x.rank - 2 + i
-        out[a] = _adaptive_bounds(dims[a], coords[a], n_out)[0] + loops[i]
+        out[a] = coords[a] + loops[i] if n_out is None else \
+            _adaptive_bounds(dims[a], coords[a], n_out)[0] + loops[i]
     return [out]
 
 

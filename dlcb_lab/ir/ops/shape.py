@@ -279,3 +279,94 @@ def _sample_cat(n: int) -> tuple[tuple, dict]:
 
 
 register(OpDef("cat", OpKind.SELECT, _infer_cat, _reverse_cat, _ref_cat, sample=_sample_cat))
+
+
+# --- pad_axis: reflect / replicate / circular padding of one axis ----------------------------------
+#
+# Output coordinate c reads input position i = c - before, mapped into [0, D) by the mode:
+#   reflect    i < 0: -i            i >= D: 2(D-1) - i     (mirror about the edge elements)
+#   replicate  i < 0: 0             i >= D: D - 1          (clamp)
+#   circular   i < 0: i + D         i >= D: i - D          (wrap)
+# Each region is a guarded read of the one input (a SELECT with one input), so no clamp or
+# absolute value is needed in the index arithmetic. ``dim`` counts from the end (-1: the last
+# axis), as F.pad's widths do. ``before``/``after`` may be negative for
+# reflect and replicate (the axis is cropped; positions stay relative to the uncropped input, as
+# in torch); circular widths are non-negative (the bridge crops first, as torch does).
+
+PAD_MODES = ("reflect", "replicate", "circular")
+
+
+def _pad_regions(before: Expr, after: Expr) -> tuple[str, ...]:
+    """The regions an output of ``pad_axis`` may fall in, in reading order: ``mid`` (the input
+    itself), ``low`` (before it) and ``high`` (after it) unless their width is a literal <= 0."""
+    return ("mid",) + tuple(r for r, w in (("low", before), ("high", after))
+                            if not (isinstance(w, Lit) and w.value <= 0))
+
+
+def _infer_pad_axis(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    a, b, e, mode = (node.attrs[k] for k in ("dim", "before", "after", "mode"))
+    if mode not in PAD_MODES or not -x.rank <= a < 0:
+        raise ShapeError(f"pad_axis: mode {mode!r} on axis {a} of a rank-{x.rank} tensor")
+    a %= x.rank
+    dims = list(g.dims(x))
+    d = dims[a]
+    out = d + b + e
+    if mode == "reflect":   # torch: each width below the axis extent
+        for w, side in ((b, "before"), (e, "after")):
+            g.require(d - 1 - w, node, f"reflect pad {side} ({w!r}) < extent {d!r} of axis {a}")
+    elif mode == "circular":   # torch: the input wraps at most once
+        for w, side in ((b, "before"), (e, "after")):
+            g.require(w, node, f"circular pad {side} ({w!r}) is not negative")
+            g.require(d - w, node, f"circular pad {side} ({w!r}) <= extent {d!r} of axis {a}")
+    else:
+        g.require(d - 1, node, f"replicate pad of axis {a}: extent {d!r} is not 0")
+    if mode != "circular":   # torch: a non-empty output
+        g.require(out - 1, node, f"{mode} pad ({b!r}, {e!r}) leaves axis {a} of extent {d!r} "
+                                 f"non-empty")
+    dims[a] = out
+    return shape(dims)
+
+
+def _reverse_pad_axis(g: "Graph", node: "Node", coords: Coords, **_) -> list[Guarded]:
+    (x,) = node.inputs
+    a, b, e, mode = (node.attrs[k] for k in ("dim", "before", "after", "mode"))
+    a %= x.rank
+    dims = g.dims(x)
+    d, c = dims[a], coords[a]
+    i = c - b
+    src = {"reflect": (-i, 2 * d - 2 - i), "replicate": (lit(0), d - 1),
+           "circular": (i + d, i - d)}[mode]
+    out = []
+    for region in _pad_regions(b, e):
+        cs = list(coords)
+        if region == "mid":
+            cs[a], guard = i, Guard(i, lit(0), d)
+        elif region == "low":
+            cs[a], guard = src[0], Guard(c, lit(0), b)
+        else:
+            cs[a], guard = src[1], Guard(i - d, lit(0), e)
+        out.append(Guarded(cs, (guard,)))
+    return out
+
+
+def _ref_pad_axis(x: torch.Tensor, dim: int, before, after, mode: str) -> torch.Tensor:
+    b, e = _ints((before, after))
+    try:
+        return F.pad(x, [0, 0] * (-dim - 1) + [b, e], mode=mode)
+    except (RuntimeError, NotImplementedError):   # ranks and empty axes F.pad rejects
+        a = dim % x.dim()
+        d = x.shape[a]
+        i = torch.arange(-b, d + e)
+        idx = {"reflect": torch.where(i < 0, -i, torch.where(i >= d, 2 * d - 2 - i, i)),
+               "replicate": i.clamp(0, max(d - 1, 0)), "circular": i % max(d, 1)}[mode]
+        return x.index_select(a, idx)
+
+
+def _sample_pad_axis(n: int) -> tuple[tuple, dict]:
+    x = torch.randn(n, 3, 5, generator=torch.Generator().manual_seed(n))
+    return (x,), {"dim": -1, "before": lit(3), "after": lit(-1), "mode": "reflect"}
+
+
+register(OpDef("pad_axis", OpKind.SELECT, _infer_pad_axis, _reverse_pad_axis, _ref_pad_axis,
+               sample=_sample_pad_axis))
