@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class Unary(nn.Module):
@@ -122,6 +123,21 @@ class NanProp(nn.Module):
 
     def forward(self, x, y):   # x, y [N, 5]
         return torch.maximum(x, y), torch.minimum(y, x), torch.relu(x), x.amax(1), y * float("nan")
+
+
+class Pools(nn.Module):
+    """A strided conv then five stride-2 max pools: dims nest to ``((((H+1)//2+1)//2 ...`` (long
+    enough for the graph drawing to alias them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        for _ in range(5):
+            y = F.max_pool2d(y, 3, 2, 1)
+        return torch.relu(y) + 1.0
 
 
 @dataclass(frozen=True)

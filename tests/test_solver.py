@@ -789,7 +789,7 @@ def test_trace_records_keep_expressions_and_lineage():
     assert isinstance(t3.outcome, Bind) and t3.outcome.v is y and t3.after == f"{y!r} := 3"
     df = SolverTrace(recs).to_frame()
     assert list(df.columns) == ["step", "rule", "constraint_id", "parent_id", "before", "after",
-                                "t_ns"]
+                                "t_us", "dt_us"]
     assert list(df["before"]) == [t.before for t in recs]
     # a contradiction names user-added constraints by their own ids, and the derived step
     with pytest.raises(Contradiction) as info:

@@ -22,7 +22,7 @@ if shutil.which("dot") is None:
     pytest.skip("graphviz's dot is not installed", allow_module_level=True)
 
 import dlcb_lab as dl
-from dlcb_lab.api import Kernel
+from dlcb_lab.records import Kernel
 from dlcb_lab.bridge.fx import lower_to_ir, trace
 from dlcb_lab.dims import (Constraint, Constraints, Expr, Lit, Provenance, Shape, Var, lit, shape,
                            var)
@@ -127,7 +127,7 @@ def titles(svg: str) -> list[str]:
 def test_constraint_dag_one_node_per_interned_expression(conv):
     p = conv.pipeline
     cs = p.constraints
-    svg = constraint_dag(cs, resolved=p.graph.solver)
+    svg = constraint_dag(cs, resolved=p.graph.solver, show_trivial=True)
     nodes = reachable(cs)
     assert n_refs(cs) > len(nodes)                      # sharing exists, so the count means it
     assert len(svg_nodes(svg)) == len(nodes) == len(dag_nodes(cs))
@@ -144,6 +144,34 @@ def test_constraint_dag_one_node_per_interned_expression(conv):
     h = re.search(r'<g id="x\d+" class="node">\s*<title>H\n[^<]*</title>\s*<polygon fill="([^"]+)"',
                   svg)
     assert h and h.group(1) == "#1a7f37", "H is named"
+
+
+def test_constraint_dag_hides_trivial_constraints(conv, resnet):
+    """By default ``a == a`` constraints, and the expressions only they reach, are left out
+    behind one marker node that counts them; ``show_trivial`` draws them."""
+    cs = conv.pipeline.constraints
+    trivial = [c for c in cs if c.lhs is c.rhs]
+    rest = [c for c in cs if c.lhs is not c.rhs]
+    assert trivial and rest
+    svg = constraint_dag(cs, resolved=conv.pipeline.graph.solver)
+    ids = svg_nodes(svg)
+    assert ids.count("trivial") == 1 and len(ids) == len(reachable(rest)) + 1
+    assert f"{len(trivial)} trivial constraint{'s' if len(trivial) > 1 else ''} hidden (a == a)" \
+        in texts(svg)
+    edges = re.findall(r'<g id="(k\d+)" class="edge">', svg)
+    assert sorted(edges) == sorted(f"k{c.id}" for c in rest)
+    (tip,) = [t for t in titles(svg) if "show_trivial=True" in t]
+    assert all(f"#{c.id}" in tip for c in trivial[:12])
+    # resnet18: every constraint is trivial; the DAG is the marker alone, not a fan of loops
+    rcs = resnet.pipeline.constraints
+    assert all(c.lhs is c.rhs for c in rcs)
+    rsvg = constraint_dag(rcs)
+    assert svg_nodes(rsvg) == ["trivial"] and f"{len(rcs)} trivial constraints hidden (a == a)" \
+        in texts(rsvg)
+    full = constraint_dag(rcs, show_trivial=True)
+    assert len(re.findall(r'<g id="k\d+" class="edge">', full)) == len(rcs)
+    h = render(rcs).html
+    assert f"({len(rcs)} trivial, <code>a == a</code>)" in h and "trivial constraints hidden" in h
 
 
 def test_constraint_dag_shared_subexpression_and_highlight():
@@ -197,7 +225,10 @@ def test_constraints_rendering(conv):
     b = cs._repr_mimebundle_()
     assert b["text/plain"] == repr(cs) and "image/svg+xml" in b
     check_html(b["text/html"])
-    assert b["text/html"].count("<tr>") == len(cs) + 1
+    rest = [c for c in cs if c.lhs is not c.rhs]
+    groups = {(c.provenance.op, c.provenance.detail) for c in cs if c.lhs is c.rhs}
+    # the non-trivial constraints one row each; the trivial ones one row per (op, detail)
+    assert b["text/html"].count("<tr>") == len(rest) + 1 + len(groups) + 1
     (c, *_) = conv.pipeline.residuals             # (H + 1) // 2 == H2 // 2
     r = render(c)
     assert r.latex == f"${latex(c.lhs)} = {latex(c.rhs)}$" and r.latex.count("\\lfloor") == 2
@@ -227,6 +258,32 @@ def test_graph_clusters_per_step_and_shape_labels(conv):
     assert sum(1 for i in ids if re.fullmatch(r"v\d+", i)) == len(g.inputs)
     assert sum(1 for i in ids if i.startswith("out")) == len(g.outputs)
     assert "hidden" not in svg
+
+
+def _hex_rgb(c: str) -> str:
+    c = c.lstrip("#")
+    return "rgb({}, {}, {})".format(*(int(c[i:i + 2], 16) for i in (0, 2, 4)))
+
+
+def test_bare_svg_reads_on_any_background(conv):
+    """Shown bare (``image/svg+xml``, no stylesheet of ours), a diagram carries its own opaque
+    white background and light-palette colours legible on it; inline, each palette colour is
+    remapped to the theme's variable (``SVG_CSS``), so it follows a dark theme."""
+    from dlcb_lab.viz.diagrams import SVG_CSS
+    from htmlcheck import contrast
+
+    cs = conv.pipeline.constraints
+    for svg in (graph_svg(conv.pipeline.graph), constraint_dag(cs, resolved=conv.pipeline.graph.solver)):
+        bg = re.search(r'<g id="[^"]+" class="graph"[^>]*>\s*<title>[^<]*</title>\s*<polygon fill="([^"]+)"',
+                       svg)
+        assert bg and bg[1] == "white"
+        fills = set(re.findall(r'<text[^>]*\sfill="(#[0-9a-f]{6})"', svg))
+        assert fills, "coloured labels"
+        for f in fills:
+            assert contrast(_hex_rgb(f), "rgb(255, 255, 255)") >= 4.5, f
+    for kind, c in COLORS.items():
+        assert f'[stroke="{c}"] {{ stroke: var(--dl-{kind}); }}' in SVG_CSS
+        assert f'text[fill="{c}"] {{ fill: var(--dl-{kind}); }}' in SVG_CSS
 
 
 def test_graph_before_partition_has_no_clusters():
@@ -268,6 +325,35 @@ def test_graph_header_counts_are_pluralized(small, conv):
     assert head(g) == "Graph: 1 op, 1 input, 0 constants, 1 output"
     assert head(small.pipeline.graph).endswith("; 1 generated kernel, 0 library calls")
     assert "1 library call" in head(conv.pipeline.graph)
+
+
+# -- report size -----------------------------------------------------------------------------------
+
+def test_report_size_prelude_once(resnet):
+    """ResNet-18's report (18 kernels): the CUDA prelude listed once, kernel sections closed,
+    each linking to the prelude, and a size bound. Measured at this commit: 0.81 MB in all, the
+    Kernels tab 17 KB per kernel; before, each kernel carried its own prelude (32 KB a copy:
+    1.35 MB, 48 KB per kernel). The bounds (1 MB; 22 KB per kernel) leave room for growth and
+    fail as soon as kernels repeat the prelude again."""
+    from dlcb_lab.kgen.emit import CUDA_PRELUDE
+    from dlcb_lab.viz.code import PRELUDE_ID
+    from dlcb_lab.viz.report import Report
+
+    x = torch.randn(1, 3, 64, 64)
+    rep = resnet.report(x)
+    html = render(rep).html
+    p = check_html(html)
+    kernels = resnet.pipeline.kernels
+    first = CUDA_PRELUDE.split("\n")[0]
+    assert p.src["cuda"].count(first) == 1 and html.count(f'id="{PRELUDE_ID}"') == 1
+    sections = re.findall(r'<details id="dlcb-kernel-([^"]+)"([^>]*)>', html)
+    assert [n for n, _ in sections] == [k.name for k in kernels]
+    assert all("open" not in attrs for _, attrs in sections)
+    assert html.count(f'href="#{PRELUDE_ID}"') == len(kernels)
+    panel = dict(rep.sections())["Kernels"]
+    assert len(panel.encode()) < 22_000 * len(kernels), len(panel.encode()) / len(kernels)
+    assert len(html.encode()) < 1_000_000
+    assert isinstance(rep, Report)
 
 
 # -- launch plan ----------------------------------------------------------------------------------
@@ -406,6 +492,20 @@ def test_index_lines_annotated(conv):
         for s in idx:   # numba and CUDA declare each temporary once; both lines annotated
             hits = [n for line, n in notes.items() if re.match(rf"(const I )?{s.name} = ", line)]
             assert len(hits) == 2 and all(dim_text(s.expr) in n for n in hits), s
+
+
+def test_highlight_survives_whitespace_collapsing(conv):
+    """No listing line has a whitespace-only text node between tags: BeautifulSoup (4.13+, run
+    by nbconvert's HTML export) collapses those to one space, which stripped the indentation of
+    every line that starts with a keyword."""
+    bs4 = pytest.importorskip("bs4")
+    for k in conv.pipeline.kernels:
+        for src, lang in ((k.cuda_source, "cuda"), (k.numba_source, "python")):
+            rows = "".join(f"<tr><td>{x}</td></tr>" for x in highlight_lines(src, lang))
+            out = str(bs4.BeautifulSoup(f"<table>{rows}</table>", features="html.parser"))
+            back = [unescape(re.sub(r"<[^>]+>", "", x))
+                    for x in re.findall(r"<td>(.*?)</td>", out, re.S)]
+            assert back == src.split("\n"), lang
 
 
 def test_highlight_keeps_text():

@@ -8,14 +8,13 @@ standalone report is screenshotted with headless Chromium when it is installed."
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import shutil
-import struct
 import subprocess
 import sys
 import textwrap
-import zlib
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,11 @@ import dlcb_lab as dl
 from dlcb_lab.hostgen.lower import Src
 from dlcb_lab.viz.render import render
 from dlcb_lab.viz.report import Report
-from htmlcheck import Parsed, check_html
+from dlcb_lab.viz.style import FOLD_ROWS
+from htmlcheck import (Parsed, check_html, check_listing, chromium, contrast, png_spread, probe,
+                       run_chromium)
 
+from harness import Recorder
 from models import Worked
 
 
@@ -91,23 +93,6 @@ def test_core_never_imports_viz():
 
 
 # -- the host-program trace against the real thunk -----------------------------------------------
-class Recorder:
-    """Stands in for a launcher: records (variant, numel, params, narrow) of each launch."""
-
-    def __init__(self, f, log):
-        self.f, self.log = f, log
-
-    def choose(self, *a):
-        return self.f.choose(*a)
-
-    def geometry(self, *a):
-        return self.f.geometry(*a)
-
-    def __call__(self, variant, numel, out, ins, params, narrow=False):
-        self.log.append((variant, numel, tuple(params), narrow))
-        return self.f(variant, numel, out, ins, params, narrow)
-
-
 @pytest.mark.parametrize("n,h,w", [(2, 8, 8), (1, 5, 7), (4, 1, 3), (0, 6, 6)])
 def test_trace_equals_the_call(cm, monkeypatch, n, h, w):
     x, y = _inputs(n, h, w)
@@ -210,7 +195,10 @@ def test_host_program_listing(cm):
         assert slot in p.text
     assert "4*H*W" in p.text   # registers named by the expression they hold
     rows = [tag for tag, _ in p.tags if tag == "tr"]
-    assert len(rows) == 1 + len(host.instrs) + 1 + len(host.slots)
+    heads = [tag for tag, _ in p.tags if tag == "thead"]
+    assert len(rows) - len(heads) == len(host.instrs) + len(host.slots)   # one row each
+    if len(host.instrs) > FOLD_ROWS:   # the rest folded under a visible marker
+        assert f"{len(host.instrs) - FOLD_ROWS} more rows" in p.text
 
 
 def test_host_trace_rendering(cm):
@@ -253,6 +241,23 @@ def test_launch_plan_partition_passes(cm):
     assert "DynamicAOTThunk" in th.text and "conv.weight" in th.text
 
 
+def test_fold_rows():
+    """Tables over ``FOLD_ROWS`` rows show that many and fold the rest under a visible, closed
+    "N more rows"; shorter tables are left alone."""
+    from dlcb_lab.viz.style import fold_rows, folded_table
+
+    rows = [(i, f"r{i}") for i in range(FOLD_ROWS + 7)]
+    shown, rest = fold_rows(rows)
+    assert list(shown) == rows[:FOLD_ROWS] and list(rest) == rows[FOLD_ROWS:]
+    assert fold_rows(rows[:FOLD_ROWS]) == (rows[:FOLD_ROWS], [])
+    p = check_html(folded_table(["#", "name"], rows))
+    assert "7 more rows" in p.text and f"r{FOLD_ROWS + 6}" in p.text
+    details = [a for tag, a in p.tags if tag == "details"]
+    assert len(details) == 1 and "open" not in details[0]
+    assert "more row" not in folded_table(["#", "name"], rows[:FOLD_ROWS])
+    assert "1 more row<" in folded_table(["#", "name"], rows[:FOLD_ROWS + 1])
+
+
 def test_pipeline_and_module(cm):
     pp = text_of(cm.pipeline)
     for stage in cm.pipeline.timings:
@@ -276,7 +281,8 @@ def test_report_standalone(cm, tmp_path):
     radios = [a for tag, a in p.tags if tag == "input" and a.get("type") == "radio"]
     assert len(radios) == len(h3) and sum("checked" in a for a in radios) == 1
     assert len({a["name"] for a in radios}) == 1
-    assert "<script" not in html
+    # the tabs need no script (radio inputs); inline scripts (the solver stepper) have no src
+    assert all("src" not in a for tag, a in p.tags if tag == "script")
     for k in cm.pipeline.kernels:
         assert k.name in p.text
     assert "input 1 'y' axis 0: size {got} != N = {want}" in p.text   # host program tab
@@ -298,43 +304,7 @@ def test_explore():
 
 
 # -- headless Chromium ---------------------------------------------------------------------------
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-def _run_chromium(*args: str) -> subprocess.CompletedProcess:
-    exe = _chromium()
-    flags = ["--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-             "--disable-dev-shm-usage"]
-    if os.geteuid() == 0:
-        flags.append("--no-sandbox")
-    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120)
-
-
-def _png_spread(path: Path) -> tuple[tuple[int, int], float]:
-    """(size, spread): the pixel standard deviation (PIL), or without PIL the number of distinct
-    byte values in the decompressed, filtered scanlines (a blank page filters to a handful)."""
-    try:
-        from PIL import Image, ImageStat
-    except ImportError:
-        data = path.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n"
-        pos, idat, size = 8, b"", (0, 0)
-        while pos < len(data):
-            n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-            body = data[pos + 8:pos + 8 + n]
-            if kind == b"IHDR":
-                size = struct.unpack(">II", body[:8])
-            elif kind == b"IDAT":
-                idat += body
-            pos += 12 + n
-        return size, float(len(set(zlib.decompress(idat))))
-    with Image.open(path) as im:
-        return im.size, max(ImageStat.Stat(im.convert("L")).stddev)
+_chromium, _run_chromium, _png_spread = chromium, run_chromium, png_spread   # names other tests import
 
 
 @pytest.mark.skipif(_chromium() is None, reason="chromium not installed (make chromium, as root)")
@@ -352,3 +322,100 @@ def test_report_in_chromium(cm, tmp_path):
     heads = [t for _, t in p.headings]
     assert "dlcb_lab pipeline report" in heads and all(t in heads for t in Report.TABS)
     assert "%x: [N, 3, H, W] float32" in p.text
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium not installed (make chromium, as root)")
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_report_follows_the_colour_scheme(cm, tmp_path, scheme):
+    """The standalone report follows ``prefers-color-scheme`` (Chromium's ``--force-dark-mode``):
+    page and text colours swap, and the literal / named / residual colours and the graph's inline
+    SVG text stay legible on the background they are drawn on."""
+    page = cm.report(*_inputs(2, 8, 8)).to_html(tmp_path / "report.html")
+    got = probe(page, *(["--force-dark-mode"] if scheme == "dark" else []))
+    fg, bg = got["page"]
+    dark = contrast(bg, "rgb(0, 0, 0)") < contrast(bg, "rgb(255, 255, 255)")
+    assert dark == (scheme == "dark") and contrast(fg, bg) >= 7, got["page"]
+    kinds = {c["cls"] for c in got["colors"]}
+    assert {"dl-literal", "dl-named", "dl-residual", "dl-library"} <= kinds, kinds
+    for c in got["colors"]:
+        assert contrast(c["color"], c["bg"]) >= 4.5, c
+    assert got["svg"]
+    for t in got["svg"]:
+        if t["text"].strip():
+            assert contrast(t["fill"], t["bg"]) >= 4.5, t
+    for listing in got["listings"]:
+        check_listing(listing["rows"], f"report ({scheme})")
+
+
+LINK_PROBE = """<script>window.addEventListener("load", () => {
+  const t = document.querySelector(":target"), out = {target: t ? t.id : null};
+  if (t) {
+    const panel = t.closest(".dl-panel");
+    out.panels = Array.from(document.querySelectorAll(".dl-tabs > .dl-panel"))
+      .map(p => [p.querySelector("h3").textContent, p === panel, getComputedStyle(p).display]);
+    out.height = t.getBoundingClientRect().height;
+    const inner = t.querySelector("table").getBoundingClientRect();
+    out.content = [inner.width, inner.height];
+  }
+  const pre = document.createElement("pre");
+  pre.id = "dlcb-probe"; pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});</script>"""
+
+
+def _hrefs_resolve(html: str) -> set[str]:
+    """Every in-page link target of ``html`` (``href``, ``xlink:href``) names an element id."""
+    p = Parsed(html)
+    ids = {a["id"] for _, a in p.tags if "id" in a}
+    hrefs = {a[k][1:] for _, a in p.tags for k in ("href", "xlink:href")
+             if (a.get(k) or "").startswith("#")}
+    assert hrefs and hrefs <= ids, sorted(hrefs - ids)[:5]
+    return hrefs
+
+
+def test_report_links_and_anchors(cm):
+    """Each kernel section has the anchor ``dlcb-kernel-<name>``, closed; the kernel list, the
+    graph's generated clusters and the source-line index link there; no link dangles."""
+    p = cm.pipeline
+    html = render(cm.report()).html
+    hrefs = _hrefs_resolve(html)
+    names = [k.name for k in p.kernels]
+    assert {f"dlcb-kernel-{n}" for n in names} <= hrefs
+    sections = re.findall(r'<details id="dlcb-kernel-([^"]+)"([^>]*)>', html)
+    assert [n for n, _ in sections] == names and all("open" not in a for _, a in sections)
+    graph = render(p.graph).html       # generated clusters link to their kernel
+    generated = [s for s in p.partition.steps if s.kind == "generated"]
+    links = re.findall(r'xlink:href="#dlcb-kernel-([^"]+)"', graph)
+    assert sorted(links) == sorted(names) and len(links) == len(generated)
+    # the source-line index: each model line of ConvNet.forward -> the kernels computing it
+    index = re.search(r"<h4>Source lines → kernels</h4>(.*?)</table>", html, re.S)[1]
+    rows = re.findall(r"<tr><td><code>([^<]*)</code></td><td>(.*?)</td><td>(.*?)</td></tr>",
+                      index)
+    by_line = {unescape(w).split(": ", 1)[1]: (re.findall(r'href="#dlcb-kernel-([^"]+)"', ks),
+                                              lib) for w, ks, lib in rows}
+    kernel_of = {k.body.out.name: k.name for k in p.kernels}
+    computing = {op: {kernel_of[s.value] for s in generated if op in s.ops}
+                 for op in ("relu", "mean", "add", "flatten")}
+    relu = by_line["h = torch.relu(self.conv(x))"]
+    assert relu[1] == "conv2d" and set(relu[0]) == computing["relu"] and len(relu[0]) == 2
+    ret = by_line["return h.mean((2, 3)) + y, h.flatten(1)"]
+    assert set(ret[0]) == computing["mean"] | computing["add"] | computing["flatten"]
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium not installed (make chromium, as root)")
+def test_kernel_link_shows_its_section_in_chromium(cm, tmp_path):
+    """Following ``#dlcb-kernel-<name>`` shows the Kernels tab instead of the checked one, and
+    the kernel's section with its content, without a script in the report."""
+    page = cm.report().to_html(tmp_path / "report.html")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", LINK_PROBE + "</body>"),
+                      encoding="utf-8")
+    name = cm.pipeline.kernels[-1].name
+    r = run_chromium("--virtual-time-budget=3000", "--dump-dom",
+                     f"{probed.as_uri()}#dlcb-kernel-{name}")
+    m = re.search(r'<pre id="dlcb-probe">(.*?)</pre>', r.stdout, re.S)
+    assert m, r.stderr[-2000:]
+    got = json.loads(unescape(m[1]))
+    assert got["target"] == f"dlcb-kernel-{name}"
+    shown = [(label, mine) for label, mine, display in got["panels"] if display != "none"]
+    assert shown == [("Kernels", True)]
+    assert got["height"] > 0 and min(got["content"]) > 0

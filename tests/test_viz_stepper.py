@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import html as _html
 import itertools
+import json
+import os
 import pickle
 import re
+import shutil
+import subprocess
 
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dlcb_lab as dl
@@ -25,7 +29,7 @@ from dlcb_lab.dims import (Contradiction, Expr, FloorDiv, Mod, Prod, Provenance,
 from dlcb_lab.dims.solver import Bind, Fail, Replace, SolverState, SolverTrace, TraceRecord
 from dlcb_lab.display import Rich
 from dlcb_lab.viz import stepper as S
-from dlcb_lab.viz.render import render
+from dlcb_lab.viz.render import render, write_html
 from htmlcheck import check_html
 
 from models import Worked
@@ -245,11 +249,23 @@ def test_rule_frame_counts_and_times(two_branch, worked):
         assert dict(df["count"]) == trace.rule_counts()
         for rule, row in df.iterrows():
             ns = [t.dt_ns for t in trace if t.rule == rule]
-            assert row["total_ns"] == sum(ns) and row["mean_ns"] == pytest.approx(sum(ns) / len(ns))
+            assert row["total_us"] == pytest.approx(sum(ns) / 1e3)
+            assert row["mean_us"] == pytest.approx(sum(ns) / len(ns) / 1e3)
         assert df["share"].sum() == pytest.approx(1.0)
         assert all(t.dt_ns > 0 for t in trace)
-        assert list(trace.to_frame().columns) == ["step", "rule", "constraint_id", "parent_id",
-                                                  "before", "after", "t_ns"]
+        fr = trace.to_frame()
+        assert list(fr.columns) == ["step", "rule", "constraint_id", "parent_id", "before",
+                                    "after", "t_us", "dt_us"]
+        # one unit: the frame's step times add up to the rule table's totals, both in µs
+        assert fr.groupby("rule")["dt_us"].sum().to_dict() == pytest.approx(
+            df["total_us"].to_dict())
+        assert fr["t_us"].is_monotonic_increasing and fr["t_us"].iloc[0] == pytest.approx(
+            fr["dt_us"].iloc[0])
+        # the rendered per-rule table shows the same µs figures
+        h = S.rules_html(trace)
+        for rule, row in df.iterrows():
+            assert re.search(rf"{rule}</code></td><td[^>]*>[^<]*</td><td>{int(row['count'])}</td>"
+                             rf"<td>{row['total_us']:.1f}</td>", h)
 
 
 # --- highlight -------------------------------------------------------------------------------------
@@ -317,7 +333,10 @@ def test_diff_is_minimal_and_complete(a, i, e):
     """``b = a`` with a variable substituted: grafting ``b``'s subtrees at the differing paths of
     ``a`` rebuilds ``b`` exactly, and no pair is the same node (the highlight is exact)."""
     v = _atoms()[i]
-    b = a.subs({v: e})
+    try:
+        b = a.subs({v: e})
+    except ZeroDivisionError:          # e.g. 1 // (v + 1) with v := -1: no such b
+        assume(False)
     pairs = S.diff(a, b)
     assert (pairs == []) == (a is b)
     assert graft(a, {pa: S.subtree(b, pb) for pa, pb in pairs}) is b
@@ -351,10 +370,11 @@ def test_static_trace_html(two_branch, worked, tmp_path):
         trace = cm.pipeline.solver_trace
         assert isinstance(trace, Rich) and isinstance(trace[0], Rich)
         b = trace._repr_mimebundle_()
-        h = b["text/html"]
-        check_html(h)
-        check_html(h)
+        check_html(b["text/html"])
         assert b["text/plain"] == repr(trace)
+        assert 'class="dl-stepper"' in b["text/html"]          # displays as the HTML stepper
+        h = S.trace_html(trace, trivial=True)
+        check_html(h)
         steps = re.findall(r'<tr data-step="(\d+)"', h)
         assert steps == [str(t.step) for t in trace]            # every step, in order
         txt = text_of(h)
@@ -369,15 +389,38 @@ def test_static_trace_html(two_branch, worked, tmp_path):
     trace = two_branch.pipeline.solver_trace
     rec = next(t for t in trace if t.rule == "collect")
     c = trace.constraint(rec.constraint_id)
-    row = re.search(rf'<tr data-step="{rec.step}">.*?</tr>', trace._repr_mimebundle_()
-                    ["text/html"]).group(0)
+    row = re.search(rf'<tr data-step="{rec.step}">.*?</tr>', S.trace_html(trace)).group(0)
     assert _html.escape(str(c.provenance)) in row and "broadcast" in row
+
+
+def test_static_trace_hides_and_groups_trivial_steps(two_branch):
+    tr = two_branch.pipeline.solver_trace
+    triv = [t for t in tr if S.is_trivial(t)]
+    assert triv and len(triv) < len(tr)
+    h = S.trace_html(tr)
+    check_html(h)
+    assert re.findall(r'<tr data-step="(\d+)"', h) == [str(t.step) for t in tr
+                                                        if not S.is_trivial(t)]
+    assert f"{len(triv)} trivial steps hidden" in text_of(h)
+    groups = S._trivial_groups(tr)
+    assert sum(n for _, _, n, _ in groups) == len(triv)
+    for op, detail, n, ex in groups:
+        mine = [t for t in triv if (tr.constraint(t.constraint_id).provenance.op,
+                                    tr.constraint(t.constraint_id).provenance.detail)
+                == (op, detail)]
+        assert n == len(mine) and ex == mine[0].before
+        assert re.search(rf"<td><code>{re.escape(_html.escape(op))}</code></td><td>"
+                         rf"{re.escape(_html.escape(detail))}</td><td>{n}</td>", h)
+    # the trace's own display: the counts, the groups and the stepper, no static step list
+    d = render(tr).html
+    assert f"({len(triv)} trivial: the equation already holds)" in text_of(d)
+    assert 'class="dl-stepper"' in d and not re.search(r'<tr data-step="', d)
 
 
 def test_static_rendering_folds_long_traces():
     vs = [fresh("f") for _ in range(S.FOLD + 20)]
     sol = solve([(v, lit(k + 1)) for k, v in enumerate(vs)])
-    h = render(sol.trace).html
+    h = S.trace_html(sol.trace)
     check_html(h)
     assert len(re.findall(r"<tr data-step=", h)) == len(sol.trace)
     assert f"{len(sol.trace) - S.FOLD} more steps hidden" in text_of(h)
@@ -405,7 +448,7 @@ def test_contradiction_trace_shows_the_failing_step(clash):
     assert isinstance(last.outcome, Fail) and last.rule == "literal"
     c = trace.constraint(last.constraint_id)
     assert "broadcast" in c.provenance.detail and c.provenance.where
-    h = render(trace).html
+    h = S.trace_html(trace)
     check_html(h)
     row = re.search(rf'<tr data-step="{last.step}" class="dl-failed">.*?</tr>', h, re.S).group(0)
     assert _html.escape(str(c.provenance)) in row and last.outcome.why in text_of(row)
@@ -464,7 +507,7 @@ def test_failed_state_shows_the_failed_constraint(clash):
 
 def test_lineage_names_the_root_only_when_not_the_parent():
     trace = contradictions()
-    h = render(trace).html
+    h = S.trace_html(trace, trivial=True)
     cells = {int(k): text_of(c) for k, c in re.findall(
         r'<tr data-step="(\d+)"[^>]*><td>\d+</td><td>.*?</td><td>(.*?)</td>', h, re.S)}
     assert len(cells) == len(trace)
@@ -513,7 +556,7 @@ def check_shown(w, rec: TraceRecord) -> None:
 def test_stepper_visits_every_step(two_branch, worked):
     for cm in (worked, two_branch):
         trace = cm.pipeline.solver_trace
-        w = S.stepper(trace, dag=False)
+        w = S.stepper(trace, dag=False, trivial=True)
         assert w.visible == list(range(len(trace)))
         seen = []
         for _ in range(len(trace) + 2):            # next past the end stays on the last step
@@ -542,7 +585,7 @@ def test_stepper_rule_filter(two_branch):
     trace = two_branch.pipeline.solver_trace
     _, sol = hand_system()
     for tr in (trace, sol.trace):
-        w = tr.stepper()
+        w = S.stepper(tr, trivial=True)
         w.show_dag.value = False
         counts = tr.rule_counts()
         assert set(w.rules.options) == set(counts)
@@ -564,6 +607,20 @@ def test_stepper_rule_filter(two_branch):
         assert w.current is None and "no step matches" in w.step_html.value
         w.rules.value = tuple(counts)
         assert w.visible == list(range(len(tr)))
+
+
+def test_stepper_hides_trivial_steps_by_default(two_branch):
+    tr = two_branch.pipeline.solver_trace
+    triv = [t.step for t in tr if S.is_trivial(t)]
+    assert triv and all(isinstance(tr[k].outcome, S.Drop) for k in triv)
+    w = tr.stepper()
+    assert w.visible == [t.step for t in tr if t.step not in triv]
+    assert w.trivial.description == f"trivial ({len(triv)})"
+    w.go(triv[0])                                   # going to a trivial step shows them
+    assert w.trivial.value and w.current is tr[triv[0]]
+    w.trivial.value = False
+    assert w.visible == [t.step for t in tr if t.step not in triv]
+    assert w.current.step > triv[0]
 
 
 def test_stepper_filter_keeps_position():
@@ -597,7 +654,7 @@ def test_stepper_dag(worked):
     subexpressions emphasized."""
     _, sol = hand_system()
     for trace in (worked.pipeline.solver_trace, sol.trace):
-        w = trace.stepper()
+        w = S.stepper(trace, trivial=True)
         for k, rec in enumerate(trace):
             w.slider.value = k
             svg = w.dag_html.value
@@ -619,7 +676,9 @@ def test_stepper_mimebundle_has_static_fallback(worked):
     w = trace.stepper()
     b = w._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in b
-    assert b["text/html"] == render(trace).html
+    uid = lambda h: re.sub(r"dl-st-[0-9a-f]{12}", "ID", h)
+    assert uid(b["text/html"]) == uid(render(trace).html)       # the HTML stepper
+    assert 'class="dl-stepper"' in b["text/html"] and "<script>" in b["text/html"]
     check_html(b["text/html"])
     check_html(b["text/html"])
 
@@ -632,3 +691,186 @@ def test_empty_trace():
     check_html(render(sol.trace).html)
     w = S.stepper(sol.trace, dag=False)
     assert w.current is None and "no rule applications" in w.step_html.value
+
+
+# --- the HTML stepper (no kernel) in headless Chromium ---------------------------------------------
+
+def _chromium() -> str | None:
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
+                 if p), None)
+
+
+def _dump_dom(url: str, *flags: str) -> str:
+    args = [_chromium(), "--headless", "--disable-gpu", "--no-first-run",
+            "--disable-dev-shm-usage", *flags]
+    if os.geteuid() == 0:
+        args.append("--no-sandbox")
+    r = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert r.stdout, r.stderr[-2000:]
+    return r.stdout
+
+
+chromium = pytest.mark.skipif(_chromium() is None,
+                              reason="chromium not installed (make chromium, as root)")
+
+DRIVE = """<script>(function () {
+  var root = document.querySelector(".dl-stepper"), out = [];
+  var n = JSON.parse(root.querySelector("script.dl-st-data").textContent).n;
+  function cells(sel, key) {
+    var m = [];
+    root.querySelectorAll(sel).forEach(function (tr) { m.push([tr.getAttribute(key),
+                                                               tr.textContent]); });
+    return m;
+  }
+  for (var k = 0; k < n; k++) {
+    root.dlcbGo(k);
+    var rec = root.querySelector(".dl-st-rec div[data-step]");
+    out.push({shown: root.getAttribute("data-shown-step"), step: rec.getAttribute("data-step"),
+              rule: rec.getAttribute("data-rule"), rec: rec.textContent,
+              rows: cells(".dl-st-eqs tr[data-cid]", "data-cid"),
+              binds: cells(".dl-st-binds tr[data-var]", "data-var"),
+              heads: Array.from(root.querySelectorAll(".dl-st-eqs h4, .dl-st-binds h4"))
+                .map(function (h) { return h.textContent; })});
+  }
+  var pre = document.createElement("pre");
+  pre.id = "dl-test-out"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();</script></body>"""
+
+
+def _rows(h: str, key: str) -> list[list[str]]:
+    return [[_html.unescape(k), text_of(r)] for k, r in
+            re.findall(rf'<tr {key}="([^"]+)"[^>]*>(.*?)</tr>', h, re.S)]
+
+
+def _heads(h: str) -> list[str]:
+    return [text_of(x) for x in re.findall(r"<h4>(.*?)</h4>", h, re.S)]
+
+
+@chromium
+def test_html_stepper_every_step_equals_replay(two_branch, clash, tmp_path):
+    """Driven step by step in Chromium, the HTML stepper shows each step's record and exactly
+    the equations (id, status, provenance) and bindings of ``trace.replay()`` around it, as the
+    Python ``record_html``/``state_html`` render them; contradictions included."""
+    _, sol = hand_system()
+    for i, trace in enumerate((sol.trace, two_branch.pipeline.solver_trace, contradictions(),
+                               clash.trace)):
+        page = tmp_path / f"t{i}.html"
+        write_html(trace, page)
+        page.write_text(page.read_text(encoding="utf-8").replace("</body>", DRIVE),
+                        encoding="utf-8")
+        dom = _dump_dom(page.as_uri())
+        got = json.loads(_html.unescape(re.search(r'<pre id="dl-test-out">(.*?)</pre>', dom,
+                                                  re.S).group(1)))
+        states = list(trace.replay(initial=True))
+        assert len(got) == len(trace)
+        for rec, g in zip(trace, got):
+            before, after = states[rec.step], states[rec.step + 1]
+            assert g["shown"] == g["step"] == str(rec.step) and g["rule"] == rec.rule
+            assert g["rec"] == text_of(S.record_html(rec, trace))
+            want = S.state_html(after, before)
+            assert g["rows"] == _rows(want, "data-cid")
+            assert {int(c) for c, _ in g["rows"]} == set(before.live) | set(after.live) | (
+                {after.failed.id} if after.failed is not None else set())
+            assert [v for v, _ in g["binds"]] == [v.name for v in after.subst]
+            assert g["binds"] == _rows(want, "data-var")
+            assert g["heads"] == _heads(want)
+        fails = [r["step"] for r in got if any("→ failed (" in t for _, t in r["rows"])]
+        assert fails == [str(t.step) for t in trace if isinstance(t.outcome, Fail)]
+        assert bool(fails) == (i >= 2)
+
+
+@chromium
+def test_html_stepper_hash_filter_and_fallback(tmp_path):
+    """``#step=K`` selects step K (a trivial one ticks "show trivial steps"); trivial steps are
+    hidden by default with a visible count; prev/next and the rule filter move over the visible
+    steps; with scripts off the page shows the final state and says so."""
+    _, sol = hand_system()
+    trace = sol.trace
+    triv = [t.step for t in trace if S.is_trivial(t)]
+    plain = [t.step for t in trace if not S.is_trivial(t)]
+    assert triv and plain
+    page = write_html(trace, tmp_path / "trace.html")
+
+    def shown(dom: str) -> tuple[int, str]:
+        k = int(re.search(r'class="dl-stepper"[^>]*data-shown-step="(\d+)"', dom).group(1))
+        rule = re.search(r'<div data-step="(\d+)" data-rule="([^"]+)"', dom)
+        assert int(rule.group(1)) == k
+        return k, rule.group(2)
+
+    dom = _dump_dom(page.as_uri())
+    assert shown(dom) == (plain[0], trace[plain[0]].rule)           # first non-trivial step
+    assert f"{len(triv)} trivial step{'s' if len(triv) > 1 else ''} hidden" in text_of(dom)
+    assert "Static view" not in text_of(dom)
+    for k in (triv[0], plain[-1], len(trace) - 1):
+        dom = _dump_dom(page.as_uri() + f"#step={k}")
+        assert shown(dom) == (k, trace[k].rule)
+        assert f"step {k}: {trace[k].rule}" in text_of(dom)
+    # next/prev and the rule filter, clicked by an injected script
+    rule = trace[plain[0]].rule
+    others = [k for k in plain if trace[k].rule != rule]
+    drive = ("<script>(function () { var r = document.querySelector('.dl-stepper');"
+             "var nx = r.querySelector('.dl-st-next'), pv = r.querySelector('.dl-st-prev');"
+             "nx.click(); nx.click(); pv.click();"
+             "document.body.setAttribute('data-after-clicks', r.getAttribute('data-shown-step'));"
+             f"var b = r.querySelector('input.dl-st-rule[value=\"{rule}\"]'); b.checked = false;"
+             "b.dispatchEvent(new Event('change'));"
+             "var rng = r.querySelector('.dl-st-range');"
+             "document.body.setAttribute('data-range-max', rng.max);"
+             "rng.value = 0; rng.dispatchEvent(new Event('input'));"
+             "})();</script></body>")
+    p2 = tmp_path / "drive.html"
+    p2.write_text(page.read_text(encoding="utf-8").replace("</body>", drive), encoding="utf-8")
+    dom = _dump_dom(p2.as_uri())
+    assert re.search(r'data-after-clicks="(\d+)"', dom).group(1) == str(plain[1])
+    assert re.search(r'data-range-max="(\d+)"', dom).group(1) == str(len(others) - 1)
+    assert shown(dom)[0] == others[0]
+    # scripts off (the page as served: the script removes the static view, shows the live one)
+    dom = page.read_text(encoding="utf-8")
+    assert '<div class="dl-st-live" style="display:none">' in dom
+    dom = re.sub(r'<div class="dl-st-live".*', "", dom, flags=re.S)
+    txt = text_of(dom)
+    assert f"Static view: the state after the last of {len(trace)} steps" in txt
+    final = list(trace.replay())[-1]
+    assert re.findall(r'<tr data-var="([^"]+)"', dom) == [v.name for v in final.subst]
+    assert {int(c) for c in re.findall(r'<tr data-cid="(\d+)"', dom)} == set(final.live)
+
+
+def test_html_stepper_is_compact_and_self_contained():
+    """Every state is embedded once, as differences: the payload grows with the steps, not
+    with steps x equations; no external script; the HTML is balanced."""
+    vs = [fresh("c") for _ in range(400)]
+    eqs = [(v, lit(k % 7 + 1)) for k, v in enumerate(vs)] + [(lit(3), lit(3))] * 50
+    sol = solve(eqs)
+    h = S.stepper_html(sol.trace)
+    check_html(h)
+    data = S.stepper_data(sol.trace)
+    assert len(data["D"]) == len(sol.trace) + 1 and len(data["T"]) == len(sol.trace)
+    assert sum(len(d[0]) + len(d[2]) for d in data["D"]) <= 4 * len(sol.trace)
+    assert len(h) < 400 * len(sol.trace)
+    assert sum(t[6] for t in data["T"]) == 50          # the 3 == 3 steps are trivial
+    assert "<script src" not in h and 'id="dl-st-' in h
+
+
+@chromium
+def test_nbconvert_export_of_the_widget_keeps_a_working_stepper(worked, tmp_path):
+    """A notebook output of the live widget, exported by nbconvert without widget state (as
+    ``--ExecutePreprocessor.store_widget_state=False`` leaves it): the export carries the HTML
+    stepper, and stepping works in it offline."""
+    nbformat = pytest.importorskip("nbformat")
+    nbconvert = pytest.importorskip("nbconvert")
+    trace = worked.pipeline.solver_trace
+    bundle = S.stepper(trace)._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("trace.stepper()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=bundle)]
+    nb.cells = [cell]
+    body, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
+    page = tmp_path / "nb.html"
+    page.write_text(body, encoding="utf-8")
+    assert body.count('class="dl-stepper"') == 1
+    last = len(trace) - 1
+    dom = _dump_dom(page.as_uri() + f"#step={last}")
+    assert re.search(rf'class="dl-stepper"[^>]*data-shown-step="{last}"', dom)
+    assert f"step {last}: {trace[last].rule}" in text_of(dom)

@@ -186,16 +186,20 @@ class SolverTrace(tuple, Rich):
         return out
 
     def to_frame(self):
+        """One row per step; times in µs: ``t_us`` when the rule applied, counted from the
+        start of the first step's rule search, ``dt_us`` the step's own time (``dt_ns``)."""
         import pandas as pd
 
+        t0 = self[0].t_ns - self[0].dt_ns if len(self) else 0
         return pd.DataFrame([(t.step, t.rule, t.constraint_id, t.parent_id, t.before, t.after,
-                              t.t_ns) for t in self],
+                              (t.t_ns - t0) / 1e3, t.dt_ns / 1e3) for t in self],
                             columns=["step", "rule", "constraint_id", "parent_id", "before",
-                                     "after", "t_ns"])
+                                     "after", "t_us", "dt_us"])
 
     def rule_frame(self):
-        """One row per rule that applied (in ``RULES`` order): ``count``, ``total_ns`` and
-        ``mean_ns`` of the steps' ``dt_ns``, and ``share`` of the total time."""
+        """One row per rule that applied (in ``RULES`` order): ``count``, ``total_us`` and
+        ``mean_us`` of the steps' ``dt_ns`` in µs (the unit of ``to_frame`` and of the rendered
+        trace), and ``share`` of the total time."""
         import pandas as pd
 
         acc: dict[str, list[int]] = {}
@@ -206,8 +210,8 @@ class SolverTrace(tuple, Rich):
         order = {name: k for k, (name, _, _) in enumerate(RULES)}
         rows = sorted(acc.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
         total = sum(a[1] for _, a in rows) or 1
-        return pd.DataFrame([(r, n, ns, ns / n, ns / total) for r, (n, ns) in rows],
-                            columns=["rule", "count", "total_ns", "mean_ns", "share"]
+        return pd.DataFrame([(r, n, ns / 1e3, ns / n / 1e3, ns / total) for r, (n, ns) in rows],
+                            columns=["rule", "count", "total_us", "mean_us", "share"]
                             ).set_index("rule")
 
     def __repr__(self) -> str:

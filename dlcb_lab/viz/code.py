@@ -17,33 +17,37 @@ from pygments import lex
 from pygments.lexers import CppLexer, PythonLexer
 from pygments.token import Comment, Keyword, Name, Number, String, _TokenType
 
-from ..api import Kernel
+from ..records import Kernel
 from ..ir.dtypes import dtype_of
 from ..kgen.emit import CUDA_PRELUDE, cuda_kernel
 from ..kgen.kir import CoordMap, IdxDivMod, IdxProd, IdxSum, KernelBody, Load, Loop
 from .diagrams import dim_text
 from .render import Rendering, renders
-from .style import block, esc, table
+from .style import block, esc, scoped, table
 
-CODE_CSS = """
-.dlcb { --dl-c-kw: var(--jp-mirror-editor-keyword-color, #cf222e);
-  --dl-c-com: var(--jp-mirror-editor-comment-color, #6e7781);
-  --dl-c-lit: var(--jp-mirror-editor-number-color, #0550ae);
-  --dl-c-str: var(--jp-mirror-editor-string-color, #0a3069);
-  --dl-c-fn: var(--jp-mirror-editor-def-color, #8250df);
-  --dl-c-pre: var(--jp-mirror-editor-meta-color, #953800); }
-.dlcb table.dl-code { border-collapse: collapse; margin: 2px 0; }
-.dlcb table.dl-code td { border: none; padding: 0 6px; vertical-align: top; line-height: 1.35; }
-.dlcb table.dl-code td.dl-ln { color: var(--dl-muted); text-align: right; user-select: none; }
-.dlcb table.dl-code td.dl-src { white-space: pre; font-family: var(--jp-code-font-family,
-  ui-monospace, monospace); font-size: 12px; }
-.dlcb table.dl-code td.dl-note { color: var(--dl-muted); font-size: 11px; white-space: nowrap; }
-.dlcb table.dl-code tr.dl-ann td.dl-src { background: rgba(127,127,127,.08); }
-.dlcb .dl-c-kw { color: var(--dl-c-kw); } .dlcb .dl-c-com { color: var(--dl-c-com);
-  font-style: italic; } .dlcb .dl-c-lit { color: var(--dl-c-lit); }
-.dlcb .dl-c-str { color: var(--dl-c-str); } .dlcb .dl-c-fn { color: var(--dl-c-fn); }
-.dlcb .dl-c-pre { color: var(--dl-c-pre); }
-"""
+CODE_CSS = scoped("""
+S { --dl-c-kw: var(--jp-mirror-editor-keyword-color, var(--dl-p-c-kw));
+  --dl-c-com: var(--jp-mirror-editor-comment-color, var(--dl-p-c-com));
+  --dl-c-lit: var(--jp-mirror-editor-number-color, var(--dl-p-c-lit));
+  --dl-c-str: var(--jp-mirror-editor-string-color, var(--dl-p-c-str));
+  --dl-c-fn: var(--jp-mirror-editor-def-color, var(--dl-p-c-fn));
+  --dl-c-pre: var(--jp-mirror-editor-meta-color, var(--dl-p-c-pre)); }
+S table.dl-code { border-collapse: collapse; margin: 2px 0; table-layout: auto; }
+S table.dl-code tr, S table.dl-code tbody tr:nth-child(odd),
+S table.dl-code tbody tr:nth-child(even) { background: transparent; }
+S table.dl-code td { border: none; padding: 0 6px; vertical-align: top; line-height: 1.35;
+  text-align: left; }
+S table.dl-code td.dl-ln { color: var(--dl-muted); text-align: right; user-select: none;
+  white-space: nowrap; }
+S table.dl-code td.dl-src { white-space: pre; text-align: left; font-family:
+  var(--jp-code-font-family, ui-monospace, monospace); font-size: 12px; }
+S table.dl-code td.dl-note { color: var(--dl-muted); font-size: 11px; white-space: nowrap; }
+S table.dl-code tr.dl-ann td.dl-src { background: rgba(127,127,127,.08); }
+S .dl-c-kw { color: var(--dl-c-kw); } S .dl-c-com { color: var(--dl-c-com); font-style: italic; }
+S .dl-c-lit { color: var(--dl-c-lit); } S .dl-c-str { color: var(--dl-c-str); }
+S .dl-c-fn { color: var(--dl-c-fn); } S .dl-c-pre { color: var(--dl-c-pre); }
+""")
+"""Listings: line numbers right-aligned, source cells left-aligned with whitespace kept."""
 
 _CUDA_WORDS = re.compile(r"__\w+__|threadIdx|blockIdx|blockDim|gridDim")
 
@@ -79,21 +83,39 @@ def _type_class(tt: _TokenType) -> str:
 @functools.lru_cache(maxsize=16)
 def highlight_lines(source: str, language: str) -> tuple[str, ...]:
     """``source`` highlighted, one HTML string per line of ``source.split("\\n")`` (a token that
-    spans lines is split, so each line's spans are closed). ``language``: "cuda" or "python"."""
+    spans lines is split, so each line's spans are closed). ``language``: "cuda" or "python".
+
+    No text node is whitespace only (except a blank line's): a run of blanks joins the next
+    token, inside its span. HTML rewriters collapse whitespace-only text between tags to one space
+    (BeautifulSoup 4.13+, which nbconvert's HTML export runs), which would strip indentation."""
     lexer = (CppLexer if language == "cuda" else PythonLexer)(stripnl=False, ensurenl=False)
     lines: list[str] = []
     cur: list[str] = []
+    blank = ""          # blanks waiting for the next token of the line
     for tt, text in lex(source, lexer):
         cls = _token_class(tt, text)
         parts = text.split("\n")
         for i, part in enumerate(parts):
-            if part:
+            if part and not part.strip():
+                blank += part
+            elif part:
+                part, blank = blank + part, ""
                 cur.append(f'<span class="{cls}">{esc(part)}</span>' if cls else esc(part))
             if i < len(parts) - 1:
-                lines.append("".join(cur))
-                cur = []
-    lines.append("".join(cur))
+                lines.append(_close_line(cur, blank))
+                cur, blank = [], ""
+    lines.append(_close_line(cur, blank))
     return tuple(lines)
+
+
+def _close_line(cur: list[str], blank: str) -> str:
+    """A highlighted line's HTML; trailing blanks go inside its last token."""
+    if blank and cur:
+        last = cur[-1]
+        cur[-1] = (last[:-7] + esc(blank) + "</span>" if last.endswith("</span>")
+                   else last + esc(blank))
+        blank = ""
+    return "".join(cur) + esc(blank)
 
 
 def _cuda_lines(source: str) -> tuple[str, ...]:
@@ -282,17 +304,40 @@ def _signature(k: Kernel) -> str:
     return table(["parameter", "holds", ""], rows, raw=True)
 
 
-def kernel_html(k: Kernel, usage: bool = True) -> str:
+PRELUDE_ID = "dlcb-cuda-prelude"
+"""The anchor of the CUDA prelude's one listing in the report (``prelude_html``)."""
+
+
+def prelude_html() -> str:
+    """The CUDA prelude every kernel's translation unit starts with (index types, 16-bit
+    conversions, block reductions), as one closed section with the anchor ``PRELUDE_ID``."""
+    head = CUDA_PRELUDE + "\n"
+    n = head.count("\n")
+    listing = code_table(head, "cuda", [], 0, n, _cuda_lines(head))
+    return (f'<details id="{PRELUDE_ID}"><summary><b>CUDA prelude</b> (lines 1–{n} of every '
+            f"kernel's CUDA source, shown once)</summary>{listing}</details>")
+
+
+def kernel_html(k: Kernel, usage: bool = True, prelude: bool = True, style: bool = True) -> str:
     """The kernel: signature, coordinate map (with each load's CUDA line), CUDA source with ptxas
     resource usage (``usage``: one NVRTC compile, some 0.5 s, unless cached), numba source. The
-    backend's language is open, the other folded."""
+    backend's language is open, the other folded. ``prelude``: the CUDA prelude's lines as a
+    folded listing; else a link to its one listing in the page (``prelude_html``; line numbers
+    stay those of ``k.cuda_source``). ``style``: carry ``CODE_CSS`` (a page that already has it
+    passes False)."""
     src = k.cuda_source
     n_pre, sections = _sections(k)
     loads = load_lines(src, k.body, sections[0][0])
     hl = _cuda_lines(src)
-    cuda = ((usage_html(src) if usage else "")
-            + _details(f"prelude (lines 1–{n_pre})",
-                       code_table(src, "cuda", sections, 0, n_pre, hl), False)
+    if not n_pre:
+        pre = ""
+    elif prelude:
+        pre = _details(f"prelude (lines 1–{n_pre})", code_table(src, "cuda", sections, 0, n_pre, hl),
+                       False)
+    else:
+        pre = (f'<div class="muted">lines 1–{n_pre}: the <a href="#{PRELUDE_ID}">CUDA prelude</a>, '
+               "shared by every kernel and listed once</div>")
+    cuda = ((usage_html(src) if usage else "") + pre
             + code_table(src, "cuda", sections, n_pre, html=hl))
     py = k.numba_source
     numba = code_table(py, "python", [(0, k.body)])
@@ -302,10 +347,11 @@ def kernel_html(k: Kernel, usage: bool = True) -> str:
                "</code>: one block per output element)</span>" if variants > 1 else "")
             + "</div>")
     parts = [head, _signature(k), coord_map_html(k.coord_map, loads),
-             _details("<b>CUDA C++</b> (compiles with NVRTC as shown)", cuda,
+             _details("<b>CUDA C++</b> (compiles with NVRTC as shown"
+                      + ("" if prelude or not n_pre else ", after the prelude") + ")", cuda,
                       k.backend == "cuda"),
              _details("<b>numba</b>", numba, k.backend != "cuda")]
-    return f"<style>{CODE_CSS}</style>" + "".join(parts)
+    return (f"<style>{CODE_CSS}</style>" if style else "") + "".join(parts)
 
 
 @renders(Kernel)

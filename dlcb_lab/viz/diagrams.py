@@ -7,7 +7,8 @@
   node (``fold_units``).
 - ``constraint_dag``: the interned expression DAG behind a set of constraints, each node drawn
   once; constraints are dashed edges between their two roots; provenance is each node's and
-  edge's SVG ``<title>`` (shown on hover).
+  edge's SVG ``<title>`` (shown on hover); trivial constraints (``a == a``) behind one
+  "N trivial constraints hidden" node unless asked for.
 - ``Expr``: text, HTML and ``text/latex`` (through sympy, with ``//`` as a floor and ``%`` as
   ``\\bmod``, kept unevaluated so the canonical form is what is shown).
 """
@@ -18,9 +19,7 @@ import functools
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
-
-import graphviz
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from ..dims import Constraint, Constraints, DimKind, Expr, FloorDiv, Lit, Mod, Prod, Shape, Sum, \
     Var, kind_of
@@ -28,8 +27,40 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.ops import OpKind
 from ..passes.partition import inlined
 from .render import Rendering, renders
-from .style import block, esc
+from .style import LIGHT, block, esc, folded_table, kernel_id, scoped, table
 from .tables import plural
+
+if TYPE_CHECKING:
+    import graphviz
+
+
+def _graphviz():
+    """The graphviz package, imported on first drawing: expression text, aliases and tables
+    need no graphviz."""
+    import graphviz
+
+    return graphviz
+
+
+NO_GRAPHVIZ = "no diagram: the graphviz package is not installed (the text form follows)"
+
+
+def _needs_graphviz(fn: Callable[[object], Rendering]) -> Callable[[object], Rendering]:
+    """A diagram renderer that falls back to the object's text form, saying why, where the
+    graphviz package is missing (so a report renders on a machine without the ``viz`` extra)."""
+
+    @functools.wraps(fn)
+    def rendered(obj):
+        try:
+            return fn(obj)
+        except ImportError as err:
+            if err.name != "graphviz":
+                raise
+            html = f'<div class="muted">{esc(NO_GRAPHVIZ)}</div><pre>{esc(repr(obj))}</pre>'
+            return Rendering(block(html), title=type(obj).__name__)
+
+    return rendered
+
 
 FOLD_AT = 40
 """Graphs with more ops than this fold repeated blocks (``graph_svg(fold=None)``)."""
@@ -43,19 +74,24 @@ EAGER_ATTR = "eager"
 """A node attribute (``node.attrs[EAGER_ATTR]`` true) or op name marking an op that runs eagerly
 in torch (a fallback); such nodes are drawn dashed in the fail colour."""
 
-COLORS = {"literal": "#8250df", "named": "#1a7f37", "residual": "#bc4c00",
-          "library": "#0969da", "generated": "#1a7f37", "fail": "#cf222e", "muted": "#656d76",
-          "input": "#9a6700", "highlight": "#d4a72c"}
-"""The stylesheet's palette (``style.CSS``) as graphviz colours; fills add an alpha suffix."""
+COLORS = {k: LIGHT[k] for k in ("literal", "named", "residual", "library", "generated", "fail",
+                                 "muted", "input", "highlight")}
+"""The stylesheet's light palette (``style.LIGHT``) as graphviz colours; fills add an alpha
+suffix. Inline, ``SVG_CSS`` maps each to the theme's colour."""
 
-SVG_CSS = """
-.dlcb .dl-svg { color: var(--dl-fg); overflow-x: auto; max-width: 100%; }
-.dlcb .dl-svg svg { max-width: none; height: auto; }
-.dlcb .dl-svg g.graph > polygon[fill="white"] { fill: transparent; }
-.dlcb .dl-svg [stroke="black"] { stroke: currentColor; }
-.dlcb .dl-svg [fill="black"], .dlcb .dl-svg text:not([fill]) { fill: currentColor; }
-"""
-"""Inline-SVG rules: graphviz's black and white follow the theme's foreground and background."""
+SVG_CSS = scoped("""
+S .dl-svg { color: var(--dl-fg); overflow-x: auto; max-width: 100%; }
+S .dl-svg svg { max-width: none; height: auto; }
+S .dl-svg g.graph > polygon[fill="white"] { fill: transparent; stroke: none; }
+S .dl-svg [stroke="black"] { stroke: currentColor; }
+S .dl-svg [fill="black"], S .dl-svg text:not([fill]) { fill: currentColor; }
+""" + "".join(f'S .dl-svg [stroke="{c}"] {{ stroke: var(--dl-{k}); }} '
+              f'S .dl-svg text[fill="{c}"] {{ fill: var(--dl-{k}); }}\n'
+              for k, c in COLORS.items()))
+"""Inline-SVG rules: graphviz's black and white follow the theme's foreground and background, and
+each palette colour (``COLORS``, fixed in the SVG) the theme's variable of the same name (light or
+dark). The bare SVG (``image/svg+xml``, shown without this stylesheet) keeps its opaque white
+background and the light palette, so it reads on any page."""
 
 
 # -- SVG plumbing ----------------------------------------------------------------------------------
@@ -301,9 +337,11 @@ def _unit(target: graphviz.Digraph, unit: Unit, ui: int, titles: dict, rep: dict
     if unit.kind:
         color = COLORS.get(unit.kind, COLORS["muted"])
         cid = f"cluster{ui}"
+        link = {"URL": f"#{kernel_id(unit.label)}", "tooltip": unit.title} \
+            if unit.kind == "generated" else {}
         target.attr(label=unit.label, id=cid, style="rounded,filled", color=color,
                     fillcolor=_fill(unit.kind if unit.kind in COLORS else "muted"),
-                    fontcolor=color, fontsize="9", labeljust="l")
+                    fontcolor=color, fontsize="9", labeljust="l", **link)
         titles[cid] = unit.title
     for n in unit.nodes:
         nid = f"n{n.out.id}"       # keyed by the result's value id: unique in a graph
@@ -332,7 +370,7 @@ def _graph(g: Graph, fold: bool | None) -> tuple[str, list[str]]:
     units = graph_units(g)
     folds = fold_units(g, units) if fold else []
     names = _Aliases()
-    dot = graphviz.Digraph("graph", graph_attr={"rankdir": "TB", "fontsize": "10",
+    dot = _graphviz().Digraph("graph", graph_attr={"rankdir": "TB", "fontsize": "10",
                                                 "fontname": "Helvetica", "nodesep": "0.25",
                                                 "ranksep": "0.3", "bgcolor": "white"},
                            node_attr={"fontname": "Helvetica", "fontsize": "10",
@@ -424,6 +462,7 @@ def _graph(g: Graph, fold: bool | None) -> tuple[str, list[str]]:
 
 
 @renders(Graph)
+@_needs_graphviz
 def render_graph(g: Graph) -> Rendering:
     svg, _ = _graph(g, None)
     part = getattr(g, "partition", None)
@@ -516,7 +555,13 @@ def _node_kind(e: Expr, resolve: Resolver | None) -> str | None:
     return DimKind.RESIDUAL.value if e.free_vars else None
 
 
-def constraint_dag(constraints: Iterable[Constraint], resolved=None, highlight=None) -> str:
+def trivial(c: Constraint) -> bool:
+    """``a == a``: both sides the same interned expression (the solver drops it at once)."""
+    return c.lhs is c.rhs
+
+
+def constraint_dag(constraints: Iterable[Constraint], resolved=None, highlight=None,
+                   show_trivial: bool = False) -> str:
     """The interned expression DAG of ``constraints`` as SVG: one node per distinct expression
     (``dag_nodes``), child edges labelled with coefficients (sums), ``n``/``d`` (``//``, ``%``) or
     the axis (shapes); each constraint a dashed edge ``#id`` between its lhs and rhs roots. Nodes
@@ -524,8 +569,14 @@ def constraint_dag(constraints: Iterable[Constraint], resolved=None, highlight=N
     ``Solution``, a ``resolve`` function or a mapping; None: as built, see ``_node_kind``).
     Hover text (``<title>``): the expression, its classification (when ``resolved`` is given)
     and the constraints it occurs in, with provenance.
-    ``highlight``: an expression or expressions to emphasize (e.g. what a rule rewrote)."""
+    ``highlight``: an expression or expressions to emphasize (e.g. what a rule rewrote).
+    Trivial constraints (``a == a``, ``trivial``) are left out, and the expressions only they
+    reach, behind one "N trivial constraints hidden" node (its hover text lists them);
+    ``show_trivial`` draws them, each a self-loop."""
     constraints = list(constraints)
+    hidden = [] if show_trivial else [c for c in constraints if trivial(c)]
+    if hidden:
+        constraints = [c for c in constraints if not trivial(c)]
     resolve = _resolver(resolved)
     hi: set[Expr] = set()
     if isinstance(highlight, Expr):
@@ -538,7 +589,7 @@ def constraint_dag(constraints: Iterable[Constraint], resolved=None, highlight=N
     for c in constraints:
         for side, root in (("lhs", c.lhs), ("rhs", c.rhs)):
             uses.setdefault(root, []).append(f"{side} of #{c.id}: {c.provenance}")
-    dot = graphviz.Digraph("constraints", graph_attr={"rankdir": "TB", "bgcolor": "white",
+    dot = _graphviz().Digraph("constraints", graph_attr={"rankdir": "TB", "bgcolor": "white",
                                                       "nodesep": "0.2", "ranksep": "0.35"},
                            node_attr={"fontname": "Helvetica", "fontsize": "10",
                                       "shape": "ellipse", "height": "0.3", "margin": "0.04"},
@@ -567,6 +618,17 @@ def constraint_dag(constraints: Iterable[Constraint], resolved=None, highlight=N
         u = uses.get(e, [])
         lines += u[:8] + ([f"… {len(u) - 8} more"] if len(u) > 8 else [])
         titles[nid] = "\n".join(lines)
+    if hidden:
+        dot.node("trivial", f"{plural(len(hidden), 'trivial constraint')} hidden (a == a)",
+                 id="trivial", shape="box", style="dashed,rounded", color=COLORS["muted"],
+                 fontcolor=COLORS["muted"])
+        by: dict[tuple[str, str], list[Constraint]] = {}
+        for c in hidden:
+            by.setdefault((c.provenance.op, repr(c.lhs)), []).append(c)
+        titles["trivial"] = "\n".join(
+            [f"{len(cs)}× {lhs} == {lhs} ({op}): " + ", ".join(f"#{c.id}" for c in cs[:12])
+             + (" …" if len(cs) > 12 else "") for (op, lhs), cs in by.items()]
+            + ["constraint_dag(..., show_trivial=True) draws them"])
     ne = 0
     for e in nodes:
         for child, label in _child_edges(e):
@@ -604,25 +666,31 @@ _CONSTRAINT_HEAD = ["id", "from", "lhs", "rhs", "op", "operand / axis", "where"]
 
 
 @renders(Constraints)
+@_needs_graphviz
 def render_constraints(cs: Constraints) -> Rendering:
-    from .style import table
-
     svg = constraint_dag(cs)
-    n = len(dag_nodes(cs))
-    html = (f"<div><b>Constraints</b>: {len(cs)}; expression DAG of "
-            f"{plural(n, 'interned node')} "
-            '<span class="muted">(dashed: a constraint between its two sides; hover for '
+    drawn = [c for c in cs if not trivial(c)]
+    n = len(dag_nodes(drawn))
+    k = len(cs) - len(drawn)
+    from .tables import trivial_constraints_html
+
+    html = (f"<div><b>Constraints</b>: {len(cs)}"
+            + (f" ({k} trivial, <code>a == a</code>)" if k else "")
+            + f"; expression DAG of {plural(n, 'interned node')}"
+            + (" (trivial constraints hidden)" if k else "")
+            + ' <span class="muted">(dashed: a constraint between its two sides; hover for '
             f"provenance)</span><br>{DAG_LEGEND}</div>"
-            + table(_CONSTRAINT_HEAD, [_constraint_row(c) for c in cs], raw=True)
+            + (folded_table(_CONSTRAINT_HEAD, [_constraint_row(c) for c in drawn], raw=True)
+               if drawn else "")
+            + trivial_constraints_html([c for c in cs if trivial(c)])
             + svg_html(svg))
     return Rendering(block(html), svg=svg, title="Constraints")
 
 
 @renders(Constraint)
+@_needs_graphviz
 def render_constraint(c: Constraint) -> Rendering:
-    from .style import table
-
-    svg = constraint_dag([c])
+    svg = constraint_dag([c], show_trivial=True)
     html = (table(_CONSTRAINT_HEAD, [_constraint_row(c)], raw=True) + f"<div>{DAG_LEGEND}</div>"
             + svg_html(svg))
     return Rendering(block(html), svg=svg, latex=f"${latex(c.lhs)} = {latex(c.rhs)}$",

@@ -1,7 +1,13 @@
 """The pipeline report (``cm.report()``, ``dl.explore``): every stage object of one compile on one
-page, one pure-CSS tab per stage (no script, so a saved page or an nbconvert export keeps working).
+page, one pure-CSS tab per stage (the tabs need no script, so a saved page or an nbconvert export
+keeps working).
 Each tab is the stage object's own rendering; ``Report.to_html(path)`` writes a standalone page
-with no external URL."""
+with no external URL.
+
+Size: the Kernels tab lists the CUDA prelude once (each kernel's listing links to it), carries the
+listing stylesheet once, and keeps every kernel section closed. Each kernel section has the anchor
+``style.kernel_id(name)`` (``dlcb-kernel-<kernel name>``); graph clusters, the source-line index
+and the kernel list link there, and a link into another tab shows that tab (``style.CSS``)."""
 
 from __future__ import annotations
 
@@ -11,10 +17,74 @@ import torch
 
 from ..api import CompiledModule
 from ..display import Rich
+from ..ir.graph import Graph
+from ..passes.partition import inlined
+from ..records import Pipeline
 from ..runtime.thunks import LaunchTrace
+from .code import CODE_CSS, kernel_html, prelude_html
 from .render import Rendering, renders
-from .style import block, details, esc, tabs
-from .tables import embed, module_html, passes_html, plural
+from .style import block, esc, folded_table, kernel_id, kernel_link, tabs
+from .tables import embed, graph_aliases, module_html, passes_html, plural, solve_html
+
+
+def source_index(g: Graph, kernels: dict[str, str]) -> list[tuple[str, list[str], list[str]]]:
+    """Per model source line (``Node.where``), in graph order: the generated kernels whose code
+    computes one of its ops (an op inlined into several kernels counts for each) and the library
+    calls it makes. ``kernels``: materialized value name -> kernel name."""
+    part = getattr(g, "partition", None)
+    if part is None:
+        return []
+    mats = g.materialized()
+    by_name = {v.name: v for v in mats}
+    ids = {v.id for v in mats}
+    rows: dict[str, tuple[int, list[str], list[str]]] = {}
+
+    def add(n, kernel: str | None, library: str | None) -> None:
+        if not n.where:
+            return
+        _, ks, libs = rows.setdefault(n.where, (n.out.id, [], []))
+        if kernel and kernel not in ks:
+            ks.append(kernel)
+        if library and library not in libs:
+            libs.append(library)
+
+    for s in part.steps:
+        v = by_name.get(s.value)
+        if v is None or v.producer is None:
+            continue
+        if s.kind == "library":
+            add(v.producer, None, v.producer.op.name)
+            for x in v.producer.tensor_inputs():   # the views the host applies to its operands
+                for n in g.view_chain(x)[1]:
+                    add(n, None, n.op.name)
+        elif s.value in kernels:
+            for x in inlined(g, v, ids):
+                add(x.producer, kernels[s.value], None)
+    order = sorted(rows.items(), key=lambda kv: kv[1][0])
+    return [(where, ks, libs) for where, (_, ks, libs) in order]
+
+
+def kernels_html(p: Pipeline) -> str:
+    """The Kernels tab: the kernel list, the source-line index, the CUDA prelude once, then one
+    closed section per kernel (anchor ``kernel_id``)."""
+    names = {k.body.out.name: k.name for k in p.kernels}
+    index = [(f"<code>{esc(where)}</code>", " ".join(kernel_link(k) for k in ks) or
+              '<span class="muted">none</span>',
+              esc(", ".join(libs))) for where, ks, libs in source_index(p.graph, names)]
+    rows = [(kernel_link(k.name), f"<code>%{esc(k.body.out.name)}</code>",
+             len(k.body.variants())) for k in p.kernels]
+    sections = "".join(
+        f'<details id="{esc(kernel_id(k.name))}" class="dl-kernel"><summary><code>{esc(k.name)}'
+        f"</code> -&gt; %{esc(k.body.out.name)}</summary>"
+        f"{kernel_html(k, prelude=False, style=False)}</details>" for k in p.kernels)
+    cuda = any(k.cuda_source for k in p.kernels)
+    return (f"<div>{plural(len(p.kernels), 'generated kernel')}</div>"
+            f"<style>{CODE_CSS}</style>"
+            + folded_table(["kernel", "writes", "variants"], rows, raw=True)
+            + ("<h4>Source lines → kernels</h4>"
+               + folded_table(["model source line", "generated kernels", "library calls"], index,
+                              raw=True) if index else "")
+            + (prelude_html() if cuda else "") + sections)
 
 
 class Report(Rich):
@@ -38,16 +108,18 @@ class Report(Rich):
         """(tab label, panel HTML), in pipeline order; each panel opens with
         ``<h3 class="dl-stage">``."""
         p = self.module.pipeline
+        with graph_aliases(p.graph):   # H₁/W₁ as the graph drawing names them, in every tab
+            return self._sections(p)
+
+    def _sections(self, p) -> list[tuple[str, str]]:
         out = [("Summary", module_html(self.module)),
                ("Graph", embed(p.graph)),
-               ("Constraints", embed(p.constraints)
+               ("Constraints", solve_html(p) + "<h4>All constraints</h4>" + embed(p.constraints)
                 + (f"<h4>Residual constraints (checked by the host program)</h4>"
                    f"{embed(p.residuals)}" if len(p.residuals) else "")),
                ("Solver trace", embed(p.solver_trace)),
                ("Dims", embed(p.dims)),
-               ("Kernels", f"<div>{plural(len(p.kernels), 'generated kernel')}</div>"
-                + "".join(details(f"{k.name} -> %{k.body.out.name}", embed(k), open=i == 0)
-                          for i, k in enumerate(p.kernels))),
+               ("Kernels", kernels_html(p)),
                ("Host program", embed(p.host_program))]
         t = self.trace
         if t is not None:

@@ -1,5 +1,14 @@
-"""The solver stepper: renderings of ``SolverTrace``, ``TraceRecord`` and ``SolverState``, and an
-ipywidgets stepper over a trace (``stepper(trace)``, ``trace.stepper()``).
+"""The solver stepper: renderings of ``SolverTrace``, ``TraceRecord`` and ``SolverState``, an HTML
+stepper that needs no kernel (``stepper_html(trace)``: what a trace displays as, in notebooks,
+exports and the report) and an ipywidgets stepper for a live kernel (``stepper(trace)``,
+``trace.stepper()``; its ``text/html`` is the HTML stepper, so an export keeps stepping).
+
+HTML stepper. Every state of ``trace.replay()`` is embedded once, as the difference from the state
+before (``stepper_data``: constraints' status changes and re-bound variables, each HTML string
+stored once), so a trace of thousands of steps stays a few hundred kB; inline script and CSS only.
+A range input with prev/next buttons and a rule filter walks the steps; trivial steps (the equation
+already holds, ``is_trivial``) are hidden until asked for, with a visible count; ``#step=K`` in
+the page address selects step K. Without JavaScript the final state shows, with a note saying so.
 
 Highlight. A step rewrites equation ``before`` into ``after``; the highlighted parts of ``before``
 are its smallest subtrees that differ from ``after`` on the expression trees (``diff``): two nodes
@@ -16,6 +25,8 @@ ipywidgets is imported by ``stepper`` only, so the static renderings work withou
 from __future__ import annotations
 
 import functools
+import json
+import uuid
 from typing import Iterable, Sequence
 
 from ..dims.constraints import Constraint, Provenance
@@ -31,7 +42,7 @@ Path = tuple[int, ...]
 the side (0: lhs, 1: rhs)."""
 
 RULE_DOC = {name: doc for name, doc, _ in RULES}
-FOLD = 200   # rows shown before the rest of a table folds under "N more ... hidden"
+FOLD = 50   # rows shown before the rest of a table folds under "N more ... hidden"
 
 CSS = """
 .dlcb mark.dl-hl { background: rgba(212,167,44,.38); color: inherit; border-radius: 2px;
@@ -324,25 +335,37 @@ def rules_html(trace: SolverTrace) -> str:
     df = trace.rule_frame()
     rows = [f"<tr><td>{_rule_cell(r)}</td>"
             f'<td class="dl-eq">{esc(RULE_DOC.get(r, ""))}</td><td>{int(x["count"])}</td>'
-            f"<td>{x.total_ns / 1e3:.1f}</td><td>{x.mean_ns / 1e3:.2f}</td></tr>"
+            f"<td>{x.total_us:.1f}</td><td>{x.mean_us:.2f}</td></tr>"
             for r, x in df.iterrows()]
     return _rows_table(("rule", "rewrite", "count", "total µs", "mean µs"), rows, "rule")
 
 
-def trace_html(trace: SolverTrace) -> str:
-    """The static list of a trace: a per-rule summary, then every step (rule, constraint and
-    its lineage ``#id ← #parent ⇐ #user-added``, the last part only when it is not the parent;
-    provenance, before → after highlighted)."""
+def _trace_head(trace: SolverTrace) -> str:
     n_fail = sum(isinstance(t.outcome, Fail) for t in trace)
-    head = (f"<h3>Solver trace</h3><p>{plural(len(trace), 'rule application')} over "
+    n_triv = sum(is_trivial(t) for t in trace)
+    return (f"<h3>Solver trace</h3><p>{plural(len(trace), 'rule application')} over "
             f"{len(trace.constraints)} user-added and {len(trace.derived)} derived constraints"
+            + (f" ({n_triv} trivial: the equation already holds)" if n_triv else "")
             + (f', <span class="dl-fail">{plural(n_fail, "contradiction")}</span>' if n_fail
                else "")
             + "</p>")
+
+
+def trace_html(trace: SolverTrace, trivial: bool = False) -> str:
+    """The static list of a trace: a per-rule summary, then every step (rule, constraint and
+    its lineage ``#id ← #parent ⇐ #user-added``, the last part only when it is not the parent;
+    provenance, before → after highlighted). Trivial steps (``is_trivial``) are listed only with
+    ``trivial``; otherwise they are counted per (op, detail) under "N trivial steps hidden"."""
+    head = _trace_head(trace)
     if not len(trace):
         return head
-    rows = [_step_row(t, trace) for t in trace]
-    return head + rules_html(trace) + _rows_table(STEP_HEAD, rows, "step")
+    rows = [_step_row(t, trace) for t in trace if trivial or not is_trivial(t)]
+    html = head + rules_html(trace) + _rows_table(STEP_HEAD, rows, "step")
+    n_triv = len(trace) - len(rows)
+    if n_triv:
+        html += details(f"{plural(n_triv, 'trivial step')} hidden (a == a, 3 == 3), by op",
+                        trivial_html(trace))
+    return html
 
 
 def record_html(rec: TraceRecord, trace: SolverTrace | None = None) -> str:
@@ -373,16 +396,30 @@ def _dag(constraints: Sequence[Constraint], subst, highlight: Sequence[Expr]
 
     resolve = None if subst is None else (lambda e: e.subs(subst))
     try:
-        svg = constraint_dag(constraints, resolved=resolve, highlight=highlight)
+        svg = constraint_dag(constraints, resolved=resolve, highlight=highlight,
+                             show_trivial=True)   # a trivial step's own equation is drawn
     except Exception as err:    # graphviz failures: keep the stepper usable
         msg = str(err).strip().splitlines()
         return None, f'<p class="dl-fail">no DAG: {esc(msg[0] if msg else type(err).__name__)}</p>'
     return svg, f"<div>{DAG_LEGEND}</div>{svg_html(svg)}"
 
 
+def trace_stepper_html(trace: SolverTrace) -> str:
+    """What a trace displays as: its counts, the per-rule summary, the trivial steps grouped by
+    op, and the HTML stepper (``stepper_html``). Not wrapped in a ``.dlcb`` block: embed it in
+    one (``render(trace).html`` is)."""
+    html = _trace_head(trace)
+    if len(trace):
+        html += rules_html(trace)
+        triv = trivial_html(trace)
+        if triv:
+            html += details(f"trivial steps by op ({sum(map(is_trivial, trace))})", triv)
+    return html + stepper_html(trace)
+
+
 @renders(SolverTrace)
 def _render_trace(trace: SolverTrace) -> Rendering:
-    return Rendering(_block(trace_html(trace)), title="Solver trace")
+    return Rendering(_block(trace_stepper_html(trace)), title="Solver trace")
 
 
 @renders(TraceRecord)
@@ -444,15 +481,355 @@ def _render_state(s: SolverState) -> Rendering:
     return Rendering(_block(state_html(s)), title=f"solver state after step {s.step}")
 
 
+# --- the HTML stepper (no kernel needed) -----------------------------------------------------------
+
+def is_trivial(rec: TraceRecord) -> bool:
+    """A step that finds its equation already holds (``a == a``, ``3 == 3``): it binds nothing
+    and leaves nothing; steppers hide these by default."""
+    return isinstance(rec.outcome, Drop)
+
+
+def _statuses(s: SolverState) -> dict[int, str]:
+    out = {c.id: "r" for c in s.residuals}
+    out.update((c.id, "p") for c in s.pending)
+    return out
+
+
+def _stepper_parts(trace: SolverTrace) -> tuple[dict, SolverState | None]:
+    """``stepper_data`` and the last replayed state (None without one)."""
+    strings: dict[str, int] = {}
+
+    def sid(s: str) -> int:
+        k = strings.get(s)
+        if k is None:
+            k = strings[s] = len(strings)
+        return k
+
+    provs: dict[Provenance, int] = {}
+
+    def pid(pv: Provenance | None) -> int:
+        """Index into ``P``: provenance as (op 'node', detail, where), each part stored once."""
+        if pv is None:
+            pv = Provenance("")
+        k = provs.get(pv)
+        if k is None:
+            name = pv.op + (f" '{pv.node}'" if pv.node else "")
+            k = provs[pv] = len(provs)
+            parts.append([sid(esc(name)), sid(esc(pv.detail)), sid(esc(pv.where))])
+        return k
+
+    parts: list[list[int]] = []
+    eqs: dict[int, list] = {}
+
+    def known(c: Constraint) -> None:
+        if c.id not in eqs:
+            eqs[c.id] = [c.id, sid(eq_html((c.lhs, c.rhs))), c.parent, pid(c.provenance)]
+
+    counts = trace.rule_counts()
+    names = [n for n, _, _ in RULES if n in counts] + sorted(counts.keys() - set(RULE_DOC))
+    index = {n: k for k, n in enumerate(names)}
+    steps = []
+    for rec in trace:
+        who, _ = _who(rec, trace)
+        c = _constraint(trace, rec.constraint_id)
+        fail = ""
+        out = rec.outcome
+        if isinstance(out, Fail):
+            fail = f'<p class="dl-fail">contradiction: {esc(out.why)}'
+            if out.used:
+                fail += " (after substituting " + ", ".join(
+                    esc(v) for v in sorted(out.used, key=repr)) + ")"
+            fail += "</p>"
+        steps.append([index[rec.rule], sid(who), -1 if c is None else pid(c.provenance),
+                      sid(before_html(rec)),
+                      sid(after_html(rec)), sid(fail), int(is_trivial(rec)), rec.constraint_id,
+                      sid(out.why if isinstance(out, Fail) else "")])
+    diffs = []
+    prev: dict[int, str] = {}
+    prev_subst: dict = {}
+    subst_obj = None
+    by_id = {c.id: c for c in (*trace.constraints, *trace.derived)}
+    last = None
+    for s in trace.replay(initial=True):
+        last = s
+        now = _statuses(s)
+        changes = [[cid, st] for cid, st in now.items() if prev.get(cid) != st]
+        changes += [[cid, 0] for cid in prev if cid not in now]
+        for cid, st in changes:
+            if st:
+                known(by_id.get(cid) or next(c for c in (*s.pending, *s.residuals)
+                                             if c.id == cid))
+        if s.failed is not None:
+            known(s.failed)
+        binds = []
+        if s.subst is not subst_obj:
+            subst_obj = s.subst
+            binds = [[v.name, sid(esc(e))] for v, e in s.subst.items() if prev_subst.get(v) is not e]
+            prev_subst = dict(s.subst)
+        diffs.append([changes, None if s.failed is None else s.failed.id, binds])
+        prev = now
+    rules = [[n, sid(_rule_cell(n)), sid(esc(RULE_DOC.get(n, ""))), counts[n]] for n in names]
+    return {"n": len(trace), "S": list(strings), "P": parts, "E": sorted(eqs.values()),
+            "T": steps, "D": diffs, "R": rules}, last
+
+
+def stepper_data(trace: SolverTrace) -> dict:
+    """The precomputed states of ``trace.replay(initial=True)`` as the HTML stepper embeds them:
+    ``S`` a table of distinct HTML strings (the other fields index it); ``P`` provenances as
+    ``[op 'node', detail, where]`` (``str(Provenance)`` rebuilt from its parts, each stored once);
+    ``E`` per constraint ``[id, equation, parent, provenance (P)]``; ``T`` per step ``[rule,
+    constraint cell, provenance (P; -1: unknown), before, after, contradiction, trivial,
+    constraint id, reason of a failure (text)]``; ``D``
+    per state (the initial one, then after each step) its difference from the previous one:
+    ``[[[id, "p" pending | "r" residual | 0 gone]..], failed id | None, [[variable, value]..]
+    (bindings new or re-bound)]``; ``R`` per rule that applied ``[name, rule cell, rewrite,
+    count]``."""
+    return _stepper_parts(trace)[0]
+
+
+STEPPER_CSS = """
+.dlcb .dl-st-bar { display: flex; flex-wrap: wrap; align-items: center; gap: 6px; margin: 4px 0; }
+.dlcb .dl-st-bar input[type=range] { width: min(480px, 60vw); }
+.dlcb .dl-st-bar button { font: inherit; padding: 0 8px; }
+.dlcb .dl-st-rules label { margin-right: 10px; white-space: nowrap; }
+.dlcb .dl-st-note { color: var(--dl-muted); }
+"""
+
+STEPPER_JS = r"""
+(function () {
+  var me = document.currentScript;
+  function find() {          // a notebook may run this before the output is in the document
+    return (me && me.closest && me.closest(".dl-stepper")) || document.getElementById("%UID%");
+  }
+  var found = find();
+  if (found) return init(found);
+  var tries = 0, timer = setInterval(function () {
+    var r = find();
+    if (r || ++tries > 50) { clearInterval(timer); if (r) init(r); }
+  }, 100);
+function init(root) {
+  if (root.getAttribute("data-ready")) return;
+  root.setAttribute("data-ready", "1");
+  var D = JSON.parse(root.querySelector("script.dl-st-data").textContent);
+  var S = D.S, E = {}, n = D.n, FOLD = %FOLD%;
+  D.E.forEach(function (e) { E[e[0]] = e; });
+  function q(c) { return root.querySelector("." + c); }
+  function prov(i) {         // str(Provenance): op 'node' (detail) at where
+    var p = D.P[i];
+    return S[p[0]] + (S[p[1]] ? " (" + S[p[1]] + ")" : "") + (S[p[2]] ? " at " + S[p[2]] : "");
+  }
+  function esc(s) { return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;").replace(/"/g, "&quot;"); }
+  var st = q("dl-st-static"); if (st) st.parentNode.removeChild(st);
+  var live = q("dl-st-live"); live.style.display = "";
+  var range = q("dl-st-range"), label = q("dl-st-label"), recEl = q("dl-st-rec"),
+      eqEl = q("dl-st-eqs"), bindEl = q("dl-st-binds"), triv = q("dl-st-triv"),
+      note = q("dl-st-note"), boxes = root.querySelectorAll("input.dl-st-rule");
+  var visible = [], cur = -1, L, B, F;
+  function reset() { cur = -1; L = new Map(); B = new Map(); F = null; }
+  function at(j) {               // the state after j diffs (0: before step 0)
+    if (j < cur) reset();
+    while (cur < j) {
+      cur++;
+      var d = D.D[cur];
+      d[0].forEach(function (x) { if (x[1] === 0) L.delete(x[0]); else L.set(x[0], x[1]); });
+      F = d[1];
+      d[2].forEach(function (x) { B.set(x[0], x[1]); });
+    }
+    return {L: new Map(L), B: new Map(B), F: F};
+  }
+  reset();
+  var WORD = {p: "pending", r: "residual"};
+  function fold(head, rows, what) {
+    var t = function (rs) { return "<table><thead><tr>" + head.map(function (h) {
+      return "<th>" + h + "</th>"; }).join("") + "</tr></thead><tbody>" + rs.join("") +
+      "</tbody></table>"; };
+    if (rows.length <= FOLD) return t(rows.map(function (r) { return r[1]; }));
+    var shown = [], rest = [], room = FOLD - rows.filter(function (r) { return r[0]; }).length;
+    rows.forEach(function (r) { if (r[0] || room-- > 0) shown.push(r[1]); else rest.push(r[1]); });
+    return t(shown) + (rest.length ? "<details><summary>" + rest.length + " more " + what +
+      (rest.length === 1 ? "" : "s") + " (unchanged by this step)</summary>" + t(rest) +
+      "</details>" : "");
+  }
+  function stateHtml(k, cid, why, last) {
+    var a = last ? at(D.D.length - 1) : at(k + 1), b = last ? a : at(k);
+    var ids = new Set(b.L.keys()); a.L.forEach(function (_, i) { ids.add(i); });
+    if (a.F !== null) ids.add(a.F);
+    var rows = Array.from(ids).sort(function (x, y) { return x - y; }).map(function (i) {
+      var e = E[i], sb = b.L.has(i) ? WORD[b.L.get(i)] : "";
+      var sa = i === a.F ? "failed" : a.L.has(i) ? WORD[a.L.get(i)] : i === cid ? "rewritten"
+        : "dropped";
+      var s = !sb ? "new \u2192 " + sa : sb !== sa ? sb + " \u2192 " + sa : sa;
+      if (i === a.F && why) s += " (" + why + ")";
+      var cls = sa === "failed" ? "dl-failed" : i === cid ? "dl-cur" : !sb ? "dl-added" : "";
+      return [cls !== "" || sb !== sa, '<tr data-cid="' + i + '"' + (cls ? ' class="' + cls +
+        '"' : "") + "><td>#" + i + "</td><td>" + (e[2] === null ? "" : "#" + e[2]) +
+        '</td><td class="dl-eq">' + S[e[1]] + "</td><td>" + esc(s) + "</td><td>" + prov(e[3]) +
+        "</td></tr>"];
+    });
+    var np = 0, nr = 0; a.L.forEach(function (v) { if (v === "p") np++; else nr++; });
+    var brows = [];
+    a.B.forEach(function (vi, v) {
+      var ch = !b.B.has(v) ? "new" : b.B.get(v) !== vi ? "updated" : "";
+      brows.push([ch !== "", '<tr data-var="' + esc(v) + '"' + (ch ? ' class="dl-added"' : "") +
+        '><td class="dl-eq">' + esc(v) + '</td><td class="dl-eq">' + S[vi] + "</td><td>" + ch +
+        "</td></tr>"]);
+    });
+    var where = !last ? "after step " + k : n ? "after step " + (n - 1) : "before any step";
+    eqEl.innerHTML = "<h4>equations " + where + " (" + np + " pending, " + nr + " residual" +
+      (a.F === null ? "" : ", 1 failed") + ")</h4>" +
+      fold(["id", "from", "equation", "status", "provenance"], rows, "equation");
+    bindEl.innerHTML = "<h4>bindings " + where + " (" + a.B.size + ")</h4>" +
+      fold(["variable", "value", ""], brows, "binding");
+  }
+  function refilter() {
+    var keep = {}, old = visible.length ? visible[+range.value] : null;
+    boxes.forEach(function (b) { keep[b.value] = b.checked; });
+    visible = [];
+    var hidden = 0;
+    D.T.forEach(function (t, k) {
+      if (!keep[D.R[t[0]][0]]) return;
+      if (t[6] && !triv.checked) { hidden++; return; }
+      visible.push(k);
+    });
+    note.textContent = hidden ? hidden + " trivial step" + (hidden === 1 ? "" : "s") +
+      " hidden (a == a, 3 == 3)" : "";
+    var pos = 0;
+    if (old !== null) {
+      pos = visible.findIndex(function (s) { return s >= old; });
+      if (pos < 0) pos = Math.max(visible.length - 1, 0);
+    }
+    range.max = Math.max(visible.length - 1, 0);
+    range.value = pos;
+    range.disabled = !visible.length;
+    show();
+  }
+  function show() {
+    if (!visible.length) {
+      label.textContent = "0 of " + n + " steps selected";
+      var nt = D.T.filter(function (t) { return t[6]; }).length;
+      recEl.innerHTML = !n ? "<p>no rule applications</p>" : nt === n && !triv.checked ?
+        "<p>every step is trivial (the equation already held): nothing was solved; tick " +
+        "\u201cshow trivial steps\u201d to step through them</p>" :
+        "<p>no step matches the filter</p>";
+      root.setAttribute("data-shown-step", "");
+      stateHtml(0, null, "", true);
+      return;
+    }
+    var i = +range.value, k = visible[i], t = D.T[k], r = D.R[t[0]];
+    label.textContent = "step " + k + " of " + n + " (" + (i + 1) + " / " + visible.length +
+      " shown)";
+    root.setAttribute("data-shown-step", k);
+    recEl.innerHTML = '<div data-step="' + k + '" data-rule="' + esc(r[0]) + '"><h4>step ' + k +
+      ": " + S[r[1]] + ' <span class="muted dl-eq">' + S[r[2]] + "</span></h4><p>constraint " +
+      S[t[1]] + (t[2] >= 0 ? " from " + prov(t[2]) : "") + "</p><table><tr><th>before</th><td>" +
+      S[t[3]] + "</td></tr><tr><th>after</th><td>" + S[t[4]] + "</td></tr></table>" + S[t[5]] +
+      "</div>";
+    stateHtml(k, t[7], S[t[8]], false);
+  }
+  function go(step) {
+    var t = D.T[step]; if (!t) return false;
+    if (t[6] && !triv.checked) triv.checked = true;
+    boxes.forEach(function (b) { if (b.value === D.R[t[0]][0]) b.checked = true; });
+    refilter();
+    range.value = visible.indexOf(step);
+    show();
+    return true;
+  }
+  function move(d) {
+    if (!visible.length) return;
+    range.value = Math.max(0, Math.min(visible.length - 1, +range.value + d)); show();
+  }
+  q("dl-st-prev").addEventListener("click", function () { move(-1); });
+  q("dl-st-next").addEventListener("click", function () { move(1); });
+  range.addEventListener("input", show);
+  triv.addEventListener("change", refilter);
+  boxes.forEach(function (b) { b.addEventListener("change", refilter); });
+  function fromHash() {
+    var m = /(?:^#|[&;])step=(\d+)/.exec(location.hash || "");
+    return m ? go(+m[1]) : false;
+  }
+  root.dlcbGo = go;
+  window.addEventListener("hashchange", fromHash);
+  refilter();
+  fromHash();
+}
+})();
+"""
+
+
+def _trivial_groups(trace: SolverTrace) -> list[tuple[str, str, int, str]]:
+    """Trivial steps grouped by their constraint's (op, detail): (op, detail, count, an
+    example equation), most frequent first."""
+    groups: dict[tuple[str, str], list] = {}
+    for rec in trace:
+        if not is_trivial(rec):
+            continue
+        c = _constraint(trace, rec.constraint_id)
+        key = (c.provenance.op, c.provenance.detail) if c is not None else (rec.rule, "")
+        g = groups.setdefault(key, [0, rec.before])
+        g[0] += 1
+    return sorted(((op, d, n, ex) for (op, d), (n, ex) in groups.items()),
+                  key=lambda g: (-g[2], g[0], g[1]))
+
+
+def trivial_html(trace: SolverTrace) -> str:
+    """The trivial steps (``is_trivial``) as one row per (op, detail) with a count."""
+    groups = _trivial_groups(trace)
+    if not groups:
+        return ""
+    rows = [f"<tr><td><code>{esc(op)}</code></td><td>{esc(d)}</td><td>{n}</td>"
+            f'<td class="dl-eq">{esc(ex)}</td></tr>' for op, d, n, ex in groups]
+    return _rows_table(("op", "operand / axis", "steps", "example"), rows, "group")
+
+
+def stepper_html(trace: SolverTrace) -> str:
+    """A self-contained HTML stepper over ``trace`` (no kernel, no external script): a range
+    input with prev/next buttons over the steps that pass the rule filter (trivial steps hidden
+    until "show trivial steps" is ticked), the step's record (rule, constraint, provenance,
+    before → after highlighted) and the equations and bindings it leaves, as ``state_html``
+    shows them. Every state is embedded once as differences (``stepper_data``); the page's
+    ``#step=K`` selects step K. Without JavaScript it shows the final state, and says so."""
+    uid = f"dl-st-{uuid.uuid4().hex[:12]}"
+    data, final = _stepper_parts(trace)
+    payload = (json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+               .replace("</", "<\\/").replace("<!--", "\\u003c!--"))
+    n_triv = sum(t[6] for t in data["T"])
+    boxes = "".join(f'<label title="{data["S"][doc]}"><input type="checkbox" class="dl-st-rule" '
+                    f'value="{esc(name)}" checked> {esc(name)} ({count})</label>'
+                    for name, _, doc, count in data["R"])
+    n = len(trace)
+    static = ('<div class="dl-st-static"><p class="muted">Static view: the state after the last '
+              f"of {plural(n, 'step')}. Stepping needs JavaScript (scripts are off here).</p>"
+              f"{state_html(final)}</div>") if final is not None else ""
+    live = ('<div class="dl-st-live" style="display:none"><div class="dl-st-bar">'
+            '<button type="button" class="dl-st-prev">◀ prev</button>'
+            f'<input type="range" class="dl-st-range" min="0" max="{max(n - 1, 0)}" value="0" '
+            'aria-label="step">'
+            '<button type="button" class="dl-st-next">next ▶</button>'
+            '<span class="dl-st-label"></span></div>'
+            f'<div class="dl-st-rules">rules: {boxes} <label><input type="checkbox" '
+            f'class="dl-st-triv"> show trivial steps ({n_triv})</label> '
+            '<span class="dl-st-note"></span></div>'
+            '<div class="dl-st-rec"></div><div class="dl-st-eqs"></div>'
+            '<div class="dl-st-binds"></div></div>')
+    js = STEPPER_JS.replace("%UID%", uid).replace("%FOLD%", str(FOLD))
+    return (f'<style>{STEPPER_CSS}</style><div class="dl-stepper" id="{uid}">{static}{live}'
+            f'<script type="application/json" class="dl-st-data">{payload}</script>'
+            f"<script>{js}</script></div>")
+
+
 # --- the widget ----------------------------------------------------------------------------------
 
-def stepper(trace: SolverTrace, dag: bool = True):
+def stepper(trace: SolverTrace, dag: bool = True, trivial: bool = False):
     """An ipywidgets stepper over ``trace``: a slider with prev/next buttons over the steps
-    whose rule is selected in the rule filter; for the current step its before → after
+    whose rule is selected in the rule filter (trivial steps, ``is_trivial``, only with
+    ``trivial`` or its "trivial" box ticked); for the current step its before → after
     (highlighted), the equations and bindings it leaves (from ``trace.replay()``) and, with
     ``dag``, the constraint DAG it started from with the rewritten expression highlighted.
-    Without a live kernel (static HTML export) it displays as the static list of steps."""
-    return _stepper_class()(trace, dag)
+    Without a live kernel (an nbconvert export, a saved page) its ``text/html`` is the HTML
+    stepper (``stepper_html``), which steps without a kernel."""
+    return _stepper_class()(trace, dag, trivial)
 
 
 @functools.cache
@@ -464,7 +841,7 @@ def _stepper_class():
         visits, ``current``: the record shown; ``states[k]``: the state before step ``k``
         (``states[-1]`` the final one)."""
 
-        def __init__(self, trace: SolverTrace, dag: bool = True) -> None:
+        def __init__(self, trace: SolverTrace, dag: bool = True, trivial: bool = False) -> None:
             self.trace = trace
             self.states = list(trace.replay(initial=True))
             present = {t.rule for t in trace}
@@ -472,18 +849,23 @@ def _stepper_class():
                 present - {n for n, _, _ in RULES})
             self.rules = w.SelectMultiple(options=names, value=tuple(names), description="rules",
                                           rows=max(1, min(len(names), len(RULES))))
-            self.slider = w.IntSlider(min=0, max=max(len(trace) - 1, 0), value=0,
+            self.slider = w.IntSlider(min=0, max=0, value=0,
                                       description="", continuous_update=False,
                                       readout=False, disabled=not len(trace))
             self.prev = w.Button(description="◀ prev", layout=w.Layout(width="80px"))
             self.next = w.Button(description="next ▶", layout=w.Layout(width="80px"))
             self.show_dag = w.Checkbox(value=dag, description="DAG", indent=False,
                                        layout=w.Layout(width="70px"))
+            n_triv = sum(map(is_trivial, trace))
+            self.trivial = w.Checkbox(value=trivial, description=f"trivial ({n_triv})",
+                                      indent=False, layout=w.Layout(width="110px"))
             self.label = w.HTML()
             self.step_html = w.HTML()
             self.state_html = w.HTML()
             self.dag_html = w.HTML()
-            self.visible: list[int] = list(range(len(trace)))
+            self.visible: list[int] = [t.step for t in trace if trivial or not is_trivial(t)]
+            self.slider.max = max(len(self.visible) - 1, 0)
+            self.slider.disabled = not self.visible
             self._dags: dict[int, str] = {}
             self._busy = False
             self.prev.on_click(lambda _: self._move(-1))
@@ -491,8 +873,10 @@ def _stepper_class():
             self.slider.observe(lambda _: self._show(), names="value")
             self.rules.observe(lambda _: self._filter(), names="value")
             self.show_dag.observe(lambda _: self._show(), names="value")
+            self.trivial.observe(lambda _: self._filter(), names="value")
             super().__init__([
-                w.HBox([self.prev, self.slider, self.next, self.label, self.show_dag]),
+                w.HBox([self.prev, self.slider, self.next, self.label, self.show_dag,
+                        self.trivial]),
                 self.rules, self.step_html,
                 w.HBox([self.state_html, self.dag_html],
                        layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))])
@@ -505,7 +889,10 @@ def _stepper_class():
             return self.trace[self.visible[min(self.slider.value, len(self.visible) - 1)]]
 
         def go(self, step: int) -> None:
-            """Show trace step ``step`` (it must pass the rule filter)."""
+            """Show trace step ``step`` (its rule must pass the rule filter; a trivial step
+            ticks the "trivial" box)."""
+            if is_trivial(self.trace[step]) and not self.trivial.value:
+                self.trivial.value = True
             self.slider.value = self.visible.index(step)
 
         def _move(self, d: int) -> None:
@@ -515,7 +902,9 @@ def _stepper_class():
         def _filter(self) -> None:
             keep = set(self.rules.value)
             cur = self.current
-            self.visible = [t.step for t in self.trace if t.rule in keep]
+            triv = self.trivial.value
+            self.visible = [t.step for t in self.trace if t.rule in keep
+                            and (triv or not is_trivial(t))]
             pos = 0
             if cur is not None:   # stay on the current step, else the next one that passes
                 pos = next((k for k, s in enumerate(self.visible) if s >= cur.step),

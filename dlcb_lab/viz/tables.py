@@ -5,25 +5,100 @@ coloured by kind (literal, named, residual) through the stylesheet's CSS variabl
 
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator, Sequence
 
-from ..api import CompiledModule, DimTable, Pipeline
-from ..dims import DimKind
+from ..api import CompiledModule
+from ..records import DimTable, Pipeline
+from ..dims import Constraint, DimKind, Expr, Lit, Var
+from ..ir.graph import Graph
 from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Reg, Src
 from ..hostgen.program import HostProgram, HostTrace, Instr
 from ..passes import Partition, PassRecord
 from ..runtime.thunks import LaunchTrace, Thunk
 from .render import Rendering, render, renders
-from .style import badge, block, details, esc, folded_table, table
+from .style import FOLD_ROWS, badge, block, details, esc, folded_table, kernel_link, table
 
-ROWS = 200   # rows shown before a table folds the rest under "N hidden"
+ROWS = FOLD_ROWS   # rows shown before a table folds the rest under "N more rows"
+
+
+# -- dim aliases ---------------------------------------------------------------------------------
+_ALIASES: ContextVar[dict[str, str] | None] = ContextVar("dlcb_dim_aliases", default=None)
+
+
+def dim_aliases(g: Graph) -> dict[Expr, str]:
+    """The graph drawing's short names for long dims (``H₁`` for ``((H+1)//2+1)//2``, see
+    ``diagrams._Aliases``), numbered in the order the drawing meets them (its value edges, folded
+    blocks skipped), then the dims only folded blocks hold. Empty without graphviz (the drawing,
+    and so its names, need it)."""
+    try:
+        from .diagrams import FOLD_AT, _Aliases, fold_units, graph_units
+    except ImportError:
+        return {}
+    names = _Aliases()
+    fold = len(g.nodes) > FOLD_AT
+    units = graph_units(g)
+    rep: dict[int, str] = {}
+    for fi, f in enumerate(fold_units(g, units) if fold else []):
+        for u in f.hidden:
+            for n in units[u].nodes:
+                rep[n.out.id] = f"fold{fi}"
+    consts = {v.id for v, _ in g.constants}
+    node = lambda v: rep.get(v.id, f"n{v.id}")
+    for n in g.nodes:                       # the drawing's edge order (diagrams._graph)
+        for x in n.tensor_inputs():
+            if x.producer is not None:
+                if node(x) != node(n.out):
+                    names.shape(g.dims(x))
+            elif x.id not in consts or not fold:
+                names.shape(g.dims(x))
+    for v in g.outputs:
+        if not (v.producer is None and v.id in consts and fold):
+            names.shape(g.dims(v))
+    for v in (*g.inputs, *(n.out for n in g.nodes)):      # dims the drawing does not show
+        names.shape(g.dims(v))
+    return dict(names.names)
+
+
+@contextmanager
+def graph_aliases(g: Graph) -> Iterator[dict[Expr, str]]:
+    """Within this context the tables (host program, launch plan, dims, launches) name long dims
+    by ``g``'s aliases (``dim_aliases``), each with its expression as hover text and a legend
+    under the table, as the graph drawing does."""
+    names = dim_aliases(g)
+    token = _ALIASES.set({repr(e): a for e, a in names.items()})
+    try:
+        yield names
+    finally:
+        _ALIASES.reset(token)
+
+
+def dim_alias(text: str) -> str | None:
+    """The alias of the dim spelled ``text`` (its ``repr``) inside ``graph_aliases``, else None."""
+    names = _ALIASES.get()
+    return None if names is None else names.get(text)
+
+
+def alias_legend(texts: Sequence[str]) -> str:
+    """A legend ``H₁ = ((H+1)//2+1)//2`` for the aliased dims among ``texts`` (expression
+    reprs), in alias order; empty outside ``graph_aliases`` or when none is aliased."""
+    names = _ALIASES.get() or {}
+    used = {names[t]: t for t in texts if t in names}
+    if not used:
+        return ""
+    items = sorted(used.items(), key=lambda kv: (kv[0][0], len(kv[0]), kv[0]))
+    return ('<div class="muted dl-aliases">' + "; ".join(
+        f"<code>{esc(a)}</code> = <code>{esc(t)}</code>" for a, t in items) + "</div>")
 
 
 # -- shared pieces -------------------------------------------------------------------------------
 def _reg(k: int, names: Sequence[str]) -> str:
-    """``r5`` and, when known, the expression it holds."""
+    """``r5`` and, when known, the expression it holds (its alias, inside ``graph_aliases``)."""
     name = names[k] if k < len(names) else ""
-    hint = f' <span class="muted">{esc(name)}</span>' if name else ""
+    a = dim_alias(name) if name else None
+    hint = (f' <span class="muted" title="{esc(name)}">{esc(a)}</span>' if a else
+            f' <span class="muted">{esc(name)}</span>' if name else "")
     return f"<code>r{k}</code>{hint}"
 
 
@@ -51,7 +126,11 @@ def _template(message: str) -> str:
 
 
 def _dim(expr: object, kind: DimKind) -> str:
-    return f'<code class="dl-{kind.value}" title="{kind.value}">{esc(repr(expr))}</code>'
+    text = repr(expr)
+    a = dim_alias(text)
+    if a:
+        return f'<code class="dl-{kind.value}" title="{kind.value}: {esc(text)}">{esc(a)}</code>'
+    return f'<code class="dl-{kind.value}" title="{kind.value}">{esc(text)}</code>'
 
 
 def embed(obj: object) -> str:
@@ -65,6 +144,11 @@ def embed(obj: object) -> str:
         return f'<p class="muted">{esc(err)}</p>'
     svg = r.svg[r.svg.find("<svg"):] if r.svg and "<svg" not in r.html else ""
     return r.html + svg
+
+
+def _kernel_name(i: int, value: str) -> str:
+    """The kernel of partition step ``i`` (materializing ``value``), as ``kgen.infer`` names it."""
+    return f"dlcb_k{i}_" + "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in value)
 
 
 def _operand(o: Operand, plan: LaunchPlan) -> str:
@@ -104,8 +188,140 @@ def dim_table(t: DimTable) -> Rendering:
     html = (f"<div><b>Dims</b> after the solve: {_counts(t.counts())} "
             '<span class="muted">(literal: in the code; named: a kernel parameter; residual: '
             "computed and checked by the host program)</span></div>"
-            + folded_table(["value", "shape", "kinds"], rows, ROWS, raw=True))
+            + folded_table(["value", "shape", "kinds"], rows, ROWS, raw=True)
+            + alias_legend([repr(r.expr) for r in t.rows]))
     return Rendering(block(html), title="Dims")
+
+
+# -- what the solve found ------------------------------------------------------------------------
+def trivial_constraint(c: Constraint) -> bool:
+    """``a == a`` (interned: the same object on both sides) or ``3 == 3``: holds as built."""
+    return c.lhs is c.rhs or (isinstance(c.lhs, Lit) and isinstance(c.rhs, Lit)
+                              and c.lhs.value == c.rhs.value)
+
+
+def trivial_groups(cs) -> list[tuple[str, str, int, str, tuple[int, ...]]]:
+    """The trivial constraints of ``cs`` grouped by provenance (op, detail): (op, detail,
+    count, an example ``64 == 64``, ids), most frequent first."""
+    by: dict[tuple[str, str], list[Constraint]] = {}
+    for c in cs:
+        if trivial_constraint(c):
+            by.setdefault((c.provenance.op, c.provenance.detail), []).append(c)
+    out = [(op, d, len(g), f"{g[0].lhs!r} == {g[0].rhs!r}", tuple(c.id for c in g))
+           for (op, d), g in by.items()]
+    return sorted(out, key=lambda r: (-r[2], r[0], r[1]))
+
+
+def _ids(ids: Sequence[int], k: int = 8) -> str:
+    return ", ".join(f"#{i}" for i in ids[:k]) + (f" … {len(ids) - k} more" if len(ids) > k else "")
+
+
+def trivial_constraints_html(cs) -> str:
+    """One row per (op, detail) of the trivial constraints of ``cs``, with their count."""
+    rows = [(f"<code>{esc(op)}</code>", esc(d), n, f"<code>{esc(ex)}</code>", esc(_ids(ids)))
+            for op, d, n, ex, ids in trivial_groups(cs)]
+    if not rows:
+        return ""
+    n = sum(r[2] for r in rows)
+    return (f"<div>{plural(n, 'trivial constraint')} (<code>a == a</code>: checked when built, "
+            f"nothing left to solve), by op and operand</div>"
+            + folded_table(["op", "operand / axis", "count", "example", "ids"], rows, ROWS,
+                           raw=True))
+
+
+def _origin(solver, c: Constraint) -> Constraint:
+    try:
+        return solver.origin(c)
+    except (AttributeError, KeyError):
+        return c
+
+
+def _cref(c: Constraint, solver=None) -> str:
+    """``#12 reshape 'r' (numel …) at m.py:3``, the user-added origin named when derived."""
+    root = _origin(solver, c) if solver is not None else c
+    via = f" ⇐ #{root.id}" if root is not c else ""
+    return f"<code>#{c.id}</code>{esc(via)} {esc(root.provenance)}"
+
+
+def derived_dims(g: Graph) -> list[tuple[Expr, str, str, tuple[Constraint, ...], int]]:
+    """Each distinct derived dim of ``g``'s values (after the solve: not a literal and not an
+    input's own variable), first-seen order: (expression, the first value it is an axis of, the
+    op that produced that value as ``op 'node' at where``, the constraints whose bindings it
+    rests on (``Solver.bindings_behind`` of the variables in it, or of the variable solved to
+    it, like a reshape's ``-1``), how many value axes have it)."""
+    solver = g.solver
+    solved = {v.name: v for v in solver.subst}
+    bound_to: dict[Expr, Var] = {}
+    for v, e in solver.subst.items():
+        bound_to.setdefault(e, v)
+    ins = {e for v in g.inputs for e in g.dims(v) if isinstance(e, Var)}
+    out: dict[Expr, list] = {}
+    for n in g.nodes:
+        v = n.out
+        for raw, e in zip(v.shape.items, g.dims(v)):
+            if isinstance(e, Lit) or e in ins:
+                continue
+            row = out.get(e)
+            if row is None:
+                behind: tuple[Constraint, ...] = ()
+                vs = [solved[x] for x in sorted(raw.free_vars) if x in solved]
+                if not vs and e in bound_to:     # shapes are stored solved: the variable
+                    vs = [bound_to[e]]           # bound to this very expression
+                for sv in vs:
+                    behind += tuple(c for c in solver.bindings_behind(sv) if c not in behind)
+                where = f" at {n.where}" if n.where else ""
+                row = out[e] = [e, v.name, f"{n.op.name} '{v.name}'{where}", behind, 0]
+            row[4] += 1
+    return [tuple(r) for r in out.values()]
+
+
+def literal_pins(g: Graph) -> list[tuple[Var, int, Constraint]]:
+    """The variables the solve pinned to a literal: (variable, value, the constraint that bound
+    it, ``Solver.binding_source``), in binding order."""
+    s = g.solver
+    return [(v, e.value, s.binding_source[v]) for v, e in s.subst.items()
+            if isinstance(e, Lit) and v in s.binding_source]
+
+
+def solve_html(p: Pipeline) -> str:
+    """What the solve found, for a researcher: each derived dim (alias ``H₁``, its expression)
+    with the op and the constraints that produced it, the residual constraints the host program
+    checks, the variables pinned to literals and the constraint that pinned each, and the
+    trivial constraints grouped by op."""
+    g = p.graph
+    solver = g.solver
+    kinds = {repr(r.expr): r.kind for r in p.dims.rows}
+    rows = []
+    derived = derived_dims(g)
+    for e, _value, op, behind, n in derived:
+        text = repr(e)
+        a = dim_alias(text)
+        kind = kinds.get(text, DimKind.RESIDUAL)
+        rows.append((f"<code>{esc(a)}</code>" if a else "", _dim(e, kind) if not a else
+                     f'<code class="dl-{kind.value}">{esc(text)}</code>',
+                     badge(kind.value, kind.value), esc(op),
+                     "<br>".join(_cref(c, solver) for c in behind) or
+                     '<span class="muted">the op\'s shape rule</span>', n))
+    html = (f"<h4>Derived dims ({len(rows)})</h4>"
+            + (folded_table(["alias", "dim", "kind", "first produced by", "via constraints",
+                             "axes"], rows, ROWS, raw=True) if rows else
+               '<div class="muted">none: every dim is a literal or an input\'s own variable'
+               "</div>"))
+    res = [(f"<code>#{c.id}</code>", f'<code class="dl-residual">{esc(c.lhs)} == {esc(c.rhs)}'
+            "</code>", _cref(_origin(solver, c)) if c.parent is not None else esc(c.provenance))
+           for c in p.residuals]
+    html += (f"<h4>Residual checks ({len(res)})</h4>"
+             + (folded_table(["id", "checked on the host", "from"], res, ROWS, raw=True) if res
+                else '<div class="muted">none: every constraint reduced at compile time</div>'))
+    pins = [(f"<code>{esc(v)}</code>", f'<code class="dl-literal">{k}</code>', _cref(c, solver))
+            for v, k, c in literal_pins(g)]
+    if pins:
+        html += (f"<h4>Literals pinned by a constraint ({len(pins)})</h4>"
+                 + folded_table(["variable", "value", "pinned by"], pins, ROWS, raw=True))
+    triv = trivial_constraints_html(p.constraints)
+    if triv:
+        html += "<h4>Trivial constraints</h4>" + triv
+    return html + alias_legend([repr(e) for e, *_ in derived])
 
 
 # -- host program --------------------------------------------------------------------------------
@@ -134,7 +350,8 @@ def host_program(p: HostProgram) -> Rendering:
             + folded_table(["#", "op", "instruction", "stores", "fails with"], _host_rows(p), ROWS,
                            raw=True)
             + "<h4>Launch slots</h4>"
-            + folded_table(["slot", "register"], _slot_rows(p), ROWS, raw=True))
+            + folded_table(["slot", "register"], _slot_rows(p), ROWS, raw=True)
+            + alias_legend(p.regs))
     return Rendering(block(html), title="Host program")
 
 
@@ -170,7 +387,7 @@ def _trace_html(t: HostTrace) -> str:
                 for n, v in t.slots.items()]
         html += "<h4>Launch slots</h4>" + folded_table(["slot", "register", "value"], vals, ROWS,
                                                        raw=True)
-    return html
+    return html + alias_legend(p.regs)
 
 
 @renders(HostTrace)
@@ -201,7 +418,7 @@ def _plan_step(i: int, st, frees: Sequence[int], plan: LaunchPlan) -> tuple:
     extra += [f"checks {esc(_operand(o, plan))} in range ({esc(w)})"
               for o, _, w in st.index_checks]
     ops = ", ".join(esc(_operand(o, plan)) for o in var.operands)
-    return (i, badge("kernel", "generated"), f"<code>{esc(var.name)}</code>",
+    return (i, badge("kernel", "generated"), kernel_link(var.name),
             esc(f"%{plan.buffers[st.out].value}"), ops,
             (params + "<br>" if params else "") + "<br>".join(extra), esc(free))
 
@@ -219,7 +436,8 @@ def _plan_html(plan: LaunchPlan) -> str:
             + folded_table(["#", "kind", "kernel / op", "writes", "reads", "params", "then frees"],
                            steps, ROWS, raw=True)
             + "<h4>Buffers</h4>"
-            + folded_table(["#", "value", "dtype", "shape (registers)"], bufs, ROWS, raw=True))
+            + folded_table(["#", "value", "dtype", "shape (registers)"], bufs, ROWS, raw=True)
+            + alias_legend(plan.regs))
 
 
 @renders(LaunchPlan)
@@ -243,7 +461,8 @@ def launch_trace(t: LaunchTrace) -> Rendering:
             params = _kv(s.params)
             if s.extent is not None:
                 params += f"{', ' if params else ''}reduced extent {s.extent}"
-        rows.append((s.index, f"<code>{esc(s.name)}</code>", how,
+        name = f"<code>{esc(s.name)}</code>" if s.kind == "library" else kernel_link(s.name)
+        rows.append((s.index, name, how,
                      f"<code>%{esc(s.out)}</code> {list(s.shape)}", params,
                      esc(", ".join(f"%{f}" for f in s.frees))))
     head = (f"<div><b>Launches</b> of a {esc(t.thunk_kind)} thunk on {esc(t.device)}: "
@@ -275,7 +494,9 @@ def thunk(th: Thunk) -> Rendering:
 
 @renders(Partition)
 def partition(p: Partition) -> Rendering:
-    rows = [(s.index, badge(s.kind, s.kind), f"<code>%{esc(s.value)}</code>", len(s.ops),
+    rows = [(s.index, badge(s.kind, s.kind),
+             kernel_link(_kernel_name(s.index, s.value), f"%{s.value}") if s.kind == "generated"
+             else f"<code>%{esc(s.value)}</code>", len(s.ops),
              f"<code>{esc(' '.join(s.ops))}</code>", esc(", ".join(f"%{r}" for r in s.reads)),
              s.launches) for s in p.steps]
     c = p.counts()
@@ -334,7 +555,7 @@ def _pipeline_html(p: Pipeline) -> str:
         ("dims", _counts(p.dims.counts())),
         ("passes", ", ".join(f"{esc(r.name)} ({len(r.changes)})" for r in p.passes)),
         ("partition", _counts(c)),
-        ("kernels", ", ".join(f"<code>{esc(k.name)}</code>" for k in p.kernels[:12])
+        ("kernels", ", ".join(kernel_link(k.name) for k in p.kernels[:12])
          + (f" and {len(p.kernels) - 12} more" if len(p.kernels) > 12 else "")),
         ("host program", f"{plural(len(p.host_program.instrs), 'instruction')}, "
                          f"{plural(sum(1 for i in p.host_program.instrs if i.is_check), 'check')}"),
@@ -348,11 +569,20 @@ def _pipeline_html(p: Pipeline) -> str:
 
 @renders(Pipeline)
 def pipeline(p: Pipeline) -> Rendering:
-    return Rendering(block("<div><b>Pipeline</b></div>" + _pipeline_html(p)), title="Pipeline")
+    with graph_aliases(p.graph):
+        html = ("<div><b>Pipeline</b></div>" + _pipeline_html(p) + "<h4>The solve</h4>"
+                + solve_html(p))
+    return Rendering(block(html), title="Pipeline")
 
 
 def module_html(cm: CompiledModule) -> str:
-    """The compiled module's signature (dims coloured by kind), stats and pipeline summary."""
+    """The compiled module's signature (dims coloured by kind, long ones by the graph's aliases),
+    stats, pipeline summary and what the solve found (``solve_html``)."""
+    with graph_aliases(cm.pipeline.graph):
+        return _module_html(cm)
+
+
+def _module_html(cm: CompiledModule) -> str:
     p = cm.pipeline
     g = p.graph
     consts = {v.id for v, _ in g.constants}
@@ -373,7 +603,7 @@ def module_html(cm: CompiledModule) -> str:
             + table(["", "values"], [("inputs", "<br>".join(ins)), ("outputs", "<br>".join(outs))],
                     raw=True)
             + details("stats", table(["stat", "value"], stats, raw=True))
-            + _pipeline_html(p))
+            + _pipeline_html(p) + "<h4>The solve</h4>" + solve_html(p))
 
 
 @renders(CompiledModule)
