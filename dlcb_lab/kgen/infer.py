@@ -20,6 +20,7 @@ from ..ir.dtypes import I64, dtype_of
 from ..ir.graph import Graph, Value
 from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Reduction, \
     delinearize, linear_index
+from ..passes.partition import steps
 from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxCast,
                   IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, RowAccumulate,
                   RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt, acc_dtype,
@@ -495,16 +496,20 @@ def materialized_values(g: Graph) -> list[Value]:
 
 
 def infer_kernels(g: Graph, cooperative: bool = False) -> list[KernelBody]:
-    """One kernel per materialized value that is not a library result and whose element count is not literally 0, in graph order. With ``cooperative``, each reduction
-    kernel also carries a block-per-output ``variant`` (for large reduced extents)."""
+    """One kernel per generated step of the partition (``passes.partition.steps``: the one step
+    list, which the launch plan and the thunks walk too) that launches (its element count is not
+    literally 0), in step order. With ``cooperative``, each reduction kernel also carries a
+    block-per-output ``variant`` (for large reduced extents)."""
     mats = materialized_values(g)
-    mat_ids = {v.id for v in mats}
+    by_id = {v.id: v for v in mats}
+    mat_ids = set(by_id)
+    part = getattr(g, "partition", None)
     out = []
-    for i, v in enumerate(mats):
-        if v.producer is not None and v.producer.op.kind is OpKind.LIBRARY or \
-                prod(g.dims(v)).is_lit(0):
+    for st in part.steps if part is not None else steps(g):
+        if st.kind != "generated" or not st.launches:
             continue
-        name = f"dlcb_k{i}_{_ident(v.name)}"
+        v = by_id[st.value_id]
+        name = f"dlcb_k{st.index}_{_ident(v.name)}"
         try:
             body = _Builder(g, v, mat_ids, name).build()
             if cooperative and body.reduce_extent is not None:

@@ -112,6 +112,9 @@ class OpDef:
     floating: bool = False
     """The dtype rule is "the input's floating dtype" (ops whose reference cannot run on
     one-element tensors, e.g. a pooling window larger than 1)."""
+    out_dtype: torch.dtype | None = None
+    """A library op's fixed result dtype, where it is not its operands' (max_pool2d's int64
+    indices); None: the operands' dtype."""
 
     def __repr__(self) -> str:
         return f"OpDef({self.name}, {self.kind.value})"
@@ -162,7 +165,8 @@ def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
         if len(dts) != 1 or not next(iter(dts)).is_floating_point:
             raise DTypeError(f"operands must share one floating dtype, got "
                              f"{', '.join(str(x.dtype).removeprefix('torch.') for x in tensors)}")
-        return tensors[0].dtype, tensors[0].dtype
+        out = node.op.out_dtype or tensors[0].dtype
+        return out, out
     args = [x if is_scalar(x) else torch.zeros((1,) * x.rank, dtype=x.dtype)
             for x in node.inputs]
     try:

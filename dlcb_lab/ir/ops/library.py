@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from ..graph import Graph, Node
 
 
-def _library(name: str, infer, reference, sample) -> None:
-    register(OpDef(name, OpKind.LIBRARY, infer, None, reference, sample=sample))
+def _library(name: str, infer, reference, sample, out_dtype: torch.dtype | None = None) -> None:
+    register(OpDef(name, OpKind.LIBRARY, infer, None, reference, sample=sample,
+                   out_dtype=out_dtype))
 
 
 def _literal(e: Expr, what: str) -> int:
@@ -173,12 +174,6 @@ _library("sdpa", _infer_sdpa, _ref_sdpa, _sample_sdpa)
 
 # --- max_pool2d's indices (the values are the generated max_pool2d reduction) ------------------
 
-def _infer_pool_indices(g: "Graph", node: "Node") -> Shape:
-    """The pool's output shape; int64 (the dtype rule gives library ops their operand's dtype)."""
-    node.out.dtype = torch.int64
-    return infer_pool(g, node)
-
-
 def _ref_pool_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Per output element, the flat index into the input's H*W plane of the window's maximum, as
     ATen computes it (the last NaN, else the first maximum)."""
@@ -191,4 +186,4 @@ def _sample_pool_indices(n: int):
              "ceil_mode": False})
 
 
-_library("max_pool2d_indices", _infer_pool_indices, _ref_pool_indices, _sample_pool_indices)
+_library("max_pool2d_indices", infer_pool, _ref_pool_indices, _sample_pool_indices, torch.int64)
