@@ -88,7 +88,9 @@ def check_inputs(args: Sequence[Any], dtypes: Sequence[torch.dtype], names: Sequ
     check_count(args, len(dtypes), "tensor inputs", names)
     out: list[torch.Tensor] = []
     for i, (t, dt) in enumerate(zip(args[:n_user], dtypes)):
-        t = check_tensor(t, f"input {i} '{names[i]}'", dt, device,
+        if not (isinstance(t, torch.Tensor) and t.dtype == dt and t.layout is torch.strided
+                and t.device.type == device):   # the labels are built only to refuse
+            check_tensor(t, f"input {i} '{names[i]}'", dt, device,
                          f"{out[0].device} (input 0)" if out else device)
         if out and t.device != out[0].device:
             raise DeviceError(f"input {i} '{names[i]}': on {t.device}, but input 0 "
