@@ -218,6 +218,21 @@ CUDA_OPS: Mapping[str, str] = {
     "logical_or": "({0} || {1})",
     "where": "({0} ? {1} : {2})",
     "to": "{0}",
+    # CUDA's C++ overloads pick the float or double function (powf / pow, ...); floor, ceil
+    # and round take floating operands only (the bridge passes integers through)
+    "pow": "pow({0}, {1})",
+    "sin": "sin({0})",
+    "cos": "cos({0})",
+    "log1p": "log1p({0})",
+    "expm1": "expm1({0})",
+    "floor": "floor({0})",
+    "ceil": "ceil({0})",
+    "round": "rint({0})",
+    "sign": "(({z} < {0}) - ({0} < {z}))",
+    "bitwise_xor_int": "({0} ^ {1})",
+    "remainder": "((fmod({0}, {1}) != {z} && (({1} < {z}) != (fmod({0}, {1}) < {z}))) "
+                 "? fmod({0}, {1}) + {1} : fmod({0}, {1}))",
+    "remainder_int": "dlcb_fmod({0}, {1})",
 }
 """Elementwise op -> CUDA C++ expression; helpers from ``CUDA_PRELUDE``."""
 
@@ -335,6 +350,17 @@ def _lse_merge(m, s, m2, s2):
 @njit(inline="always")
 def _hardswish(x):
     return x * min(max(x + 3.0, 0.0), 6.0) / 6.0
+
+
+@njit(inline="always")
+def _remainder(a, b):   # torch.remainder of floats: fmod, moved to the divisor's sign
+    mod = np.fmod(a, b)
+    return mod + b if mod != 0 and (b < 0) != (mod < 0) else mod
+
+
+@njit(inline="always")
+def _sign(x):   # NaN -> 0, as torch
+    return (x > 0) - (x < 0)
 '''
 
 PY_OPS: Mapping[str, str] = {
@@ -377,6 +403,18 @@ PY_OPS: Mapping[str, str] = {
     "logical_or": "(bool({0}) or bool({1}))",
     "where": "({1} if {0} else {2})",
     "to": "{0}",
+    "pow": "np.power({0}, {1})",
+    "sin": "math.sin({0})",
+    "cos": "math.cos({0})",
+    "log1p": "math.log1p({0})",
+    "expm1": "math.expm1({0})",
+    "floor": "np.floor({0})",
+    "ceil": "np.ceil({0})",
+    "round": "np.rint({0})",
+    "sign": "_sign({0})",
+    "bitwise_xor_int": "({0} ^ {1})",
+    "remainder": "_remainder({0}, {1})",
+    "remainder_int": "({0} % {1})",
 }
 """Elementwise op -> Python expression for numba ``@njit`` code; helpers from ``PY_PRELUDE``."""
 

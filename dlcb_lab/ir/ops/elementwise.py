@@ -155,3 +155,50 @@ for _name, _ref, _arity, *_sample in (
     ("to", _ref_to, 1),
 ):
     _elementwise(_name, _ref, _arity, *_sample)
+
+
+# --- added for the ATen opset of transformers / timm (bridge/aten_ext.py) -----------------------
+
+def _pow_sample(n: int) -> tuple[tuple, dict]:
+    """A positive base (a negative one to a fractional power is NaN) and a tensor exponent."""
+    g = torch.Generator().manual_seed(n)
+    return (torch.rand(n, 3, 5, generator=g) * 3 + 0.1, torch.randn(3, 1, generator=g) * 2), {}
+
+
+def _int_sample(n: int) -> tuple[tuple, dict]:
+    g = torch.Generator().manual_seed(n)
+    return (torch.randint(-50, 50, (n, 3, 5), generator=g),
+            torch.randint(-50, 50, (3, 1), generator=g)), {}
+
+
+def _log1p_sample(n: int) -> tuple[tuple, dict]:
+    g = torch.Generator().manual_seed(n)
+    return (torch.rand(n, 3, 5, generator=g) * 4 - 0.9,), {}
+
+
+def _round_sample(n: int) -> tuple[tuple, dict]:
+    """Halves included (torch rounds them to even)."""
+    g = torch.Generator().manual_seed(n)
+    return (torch.randint(-12, 13, (n, 3, 5), generator=g) / 2,), {}
+
+
+# pow: floating operands (std::pow); the bridge lowers eager's special scalar exponents (2, 3,
+# 0.5, -1, ...) and integer powers by a literal exponent as multiplications. floor, ceil and
+# round take floating operands (the bridge passes integers through, as torch returns them).
+for _name, _ref, _arity, *_sample in (
+    ("pow", torch.pow, 2, _pow_sample),
+    ("sin", torch.sin, 1),
+    ("cos", torch.cos, 1),
+    ("log1p", torch.log1p, 1, _log1p_sample),
+    ("expm1", torch.expm1, 1),
+    ("floor", torch.floor, 1),
+    ("ceil", torch.ceil, 1),
+    ("round", torch.round, 1, _round_sample),
+    ("sign", torch.sign, 1),
+    ("bitwise_xor_int", torch.bitwise_xor, 2, _int_sample),
+    # torch.remainder: floats from fmod (the divisor's sign); integers (a Python int divisor,
+    # as div's rounding modes: eager raises on a zero one) floor modulo
+    ("remainder", torch.remainder, 2),
+    ("remainder_int", torch.remainder, 2, _int_divisor_sample),
+):
+    _elementwise(_name, _ref, _arity, *_sample)

@@ -187,3 +187,64 @@ def _sample_pool_indices(n: int):
 
 
 _library("max_pool2d_indices", infer_pool, _ref_pool_indices, _sample_pool_indices, torch.int64)
+
+
+# --- cumsum over a long axis (floating dtypes; bridge: ``prefix_sum`` for short axes and ints) ---
+
+def _infer_same(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    a = node.attrs["dim"]
+    if not 0 <= a < max(x.rank, 1):
+        raise ShapeError(f"cumsum axis {a} of a rank-{x.rank} tensor")
+    return shape(g.dims(x))
+
+
+def _ref_cumsum(x, dim):
+    return torch.cumsum(x, dim)
+
+
+def _sample_cumsum(n: int):
+    return (torch.randn(n, 3, 5, generator=_rng(n)),), {"dim": 0}
+
+
+_library("cumsum", _infer_same, _ref_cumsum, _sample_cumsum)
+
+
+# --- upsample (F.interpolate, nearest and bilinear, 4-D) ----------------------------------------
+#
+# ``size`` is the output [H', W'] (literals or dimension expressions, filled at run time);
+# ``scales`` the (h, w) scale factors ATen computes source coordinates with when the user gave
+# them (None: from the sizes), as F.interpolate passes them.
+
+def _infer_upsample(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    if x.rank != 4:
+        raise ShapeError(f"upsample needs a rank-4 input [N, C, H, W], got rank {x.rank}")
+    n, c, _, _ = g.dims(x)
+    return shape([g.solver.resolve(n), g.solver.resolve(c), *node.attrs["size"]])
+
+
+def _sizes(size) -> list[int]:
+    return [d.value if isinstance(d, Lit) else int(d) for d in size]
+
+
+def _ref_upsample_nearest(x, size, scales):
+    return torch.ops.aten.upsample_nearest2d(x, _sizes(size), *(scales or (None, None)))
+
+
+def _ref_upsample_bilinear(x, size, scales, align_corners):
+    return torch.ops.aten.upsample_bilinear2d(x, _sizes(size), align_corners,
+                                              *(scales or (None, None)))
+
+
+def _sample_nearest(n: int):
+    return (torch.randn(n, 2, 3, 5, generator=_rng(n)),), {"size": (6, 10), "scales": (2.0, 2.0)}
+
+
+def _sample_bilinear(n: int):
+    return ((torch.randn(n, 2, 3, 5, generator=_rng(n)),),
+            {"size": (5, 7), "scales": None, "align_corners": False})
+
+
+_library("upsample_nearest2d", _infer_upsample, _ref_upsample_nearest, _sample_nearest)
+_library("upsample_bilinear2d", _infer_upsample, _ref_upsample_bilinear, _sample_bilinear)

@@ -267,3 +267,48 @@ def _ref_adaptive(x, output_size):
 _register("adaptive_avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_adaptive,
           _reverse_adaptive, _ref_adaptive, _window_adaptive,
           _sample_pool(output_size=(4, 3)))
+
+
+# --- prefix_sum: torch.cumsum as a generated reduction (out[c] sums x over j <= c[dim]) --------
+#
+# One thread per output element loops over its prefix: O(extent) work per element, so the bridge
+# uses it for short axes, integer dtypes (the library cumsum takes floats only) and arange's
+# count (a sum of the constant 1 in int64, whose loop compilers reduce to a multiplication).
+# Sums accumulate in double (floats) or int64, as eager's CPU cumsum does.
+
+def _infer_prefix(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    a = node.attrs["dim"]
+    if not 0 <= a < max(x.rank, 1):
+        raise ShapeError(f"cumsum axis {a} of a rank-{x.rank} tensor")
+    return shape(g.dims(x))
+
+
+def _reverse_prefix(g: "Graph", node: "Node", coords: Coords, *, loops: Coords = (), **_
+                    ) -> list[Coords]:
+    (x,) = node.inputs
+    out = list(coords)
+    if x.rank:
+        out[node.attrs["dim"]] = loops[0]
+    return [out]
+
+
+def _window_prefix(g: "Graph", node: "Node", coords: Coords) -> Window:
+    (x,) = node.inputs
+    if not x.rank:   # a 0-d cumsum is the element itself
+        return Window((lit(1),), (lit(1),), None)
+    a = node.attrs["dim"]
+    return Window((coords[a] + 1,), (g.dims(x)[a],), None)
+
+
+def _ref_prefix(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.cumsum(x, dim)
+
+
+def _sample_prefix(n: int) -> tuple[tuple, dict]:
+    return (torch.randn(n, 3, 5, generator=torch.Generator().manual_seed(n)),), {"dim": 2}
+
+
+REDUCTIONS["prefix_sum"] = Reduction(Combine.SUM)
+register(OpDef("prefix_sum", OpKind.REDUCE, _infer_prefix, _reverse_prefix, _ref_prefix,
+               window=_window_prefix, sample=_sample_prefix))

@@ -370,3 +370,35 @@ def _sample_pad_axis(n: int) -> tuple[tuple, dict]:
 
 register(OpDef("pad_axis", OpKind.SELECT, _infer_pad_axis, _reverse_pad_axis, _ref_pad_axis,
                sample=_sample_pad_axis))
+
+
+# --- flip: out[c] = x[D - 1 - c] along each flipped axis -------------------------------------------
+
+def _infer_flip(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    dims = node.attrs["dims"]
+    if len(set(dims)) != len(dims) or not all(0 <= a < x.rank for a in dims):
+        raise ShapeError(f"flip axes {list(dims)} are not distinct axes of rank {x.rank}")
+    return shape(g.dims(x))
+
+
+def _reverse_flip(g: "Graph", node: "Node", coords: Coords, **_) -> list[Coords]:
+    (x,) = node.inputs
+    dims = g.dims(x)
+    out = list(coords)
+    for a in node.attrs["dims"]:
+        out[a] = dims[a] - 1 - coords[a]
+    return [out]
+
+
+def _ref_flip(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    return torch.flip(x, tuple(dims))
+
+
+def _sample_flip(n: int) -> tuple[tuple, dict]:
+    x = torch.randn(n, 3, 5, generator=torch.Generator().manual_seed(n))
+    return (x,), {"dims": (0, 2)}
+
+
+register(OpDef("flip", OpKind.TRANSFORM, _infer_flip, _reverse_flip, _ref_flip,
+               sample=_sample_flip))
