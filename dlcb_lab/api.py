@@ -1,7 +1,7 @@
 """``dl.compile``: torch module + example inputs -> a compiled module that serves every shape the
 constraints admit, compiled once (kernels built once per compile, never per call).
 
-``compile`` is the pipeline, one named and timed step per stage: capture (torch.fx) -> lower (IR;
+``compile`` is the pipeline, one named and timed step per stage: capture (torch.export) -> lower (IR;
 constraints solved as ops are added) -> generalize (the declared dynamic dims stay free) ->
 passes -> kgen (coordinate inference) -> hostgen (host program, launch plan) -> build (kernels
 compiled, thunk assembled). The stage objects are kept in a ``records.Pipeline``."""
@@ -15,11 +15,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .bridge.fx import lower_to_ir, trace
+from .bridge.aten import lower_to_ir
+from .bridge.capture import capture
 from .bridge.generalize import check_generalization
 from .dims import DimKind
 from .display import Rich
-from .errors import ArgumentError, ShapeError, ShapeMismatch, SpecError
+from .errors import ArgumentError, DLError, DTypeError, ShapeError, ShapeMismatch, SpecError
 from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
@@ -106,6 +107,11 @@ class CallSignature:
         return f"({', '.join(parts)})"
 
 
+def _signature_key(xs: Sequence[Any]) -> tuple:
+    """(rank, dtype) per input: what a thunk is compiled for."""
+    return tuple((len(x.shape), x.dtype) for x in xs)
+
+
 def _short_repr(x: Any, limit: int = 40) -> str:
     r = repr(x)
     return r if len(r) <= limit else r[:limit - 3] + "..."
@@ -114,26 +120,85 @@ def _short_repr(x: Any, limit: int = 40) -> str:
 class CompiledModule(Rich):
     """Callable result of ``dl.compile``: called as the module's ``forward`` (positional and
     keyword arguments), returns a tensor (or a tuple for several outputs). Pickles without its
-    loaded kernels; unpickling rebuilds them (from the kernel cache)."""
+    loaded kernels; unpickling rebuilds them (from the kernel cache).
+
+    One compile serves every shape of its (rank, dtype) signature through its static or
+    dynamic-AOT thunk. Two cases get a module of their own, compiled on first use (at compile time
+    when the example is one), cached and reused: a call whose ranks match no compiled signature
+    (a JIT thunk: ``dynamic="auto"`` for those inputs; ``jit``, by signature), and a call the
+    general program refuses where a dynamic dim is 0 or 1 (a broadcast, a squeeze, a branch on
+    the size: a variant traced with those axes at their sizes, so it computes what torch does;
+    ``variants``, by (input, axis, size))."""
 
     def __init__(self, pipeline: Pipeline, signature: CallSignature, single: bool,
-                 kernel_builds: int, constants: Sequence[torch.Tensor] = ()):
+                 kernel_builds: int, constants: Sequence[torch.Tensor] = (),
+                 source: tuple | None = None):
         self.pipeline = pipeline
         self.signature = signature
         self._thunk = pipeline.thunks[0]
         self._single = single
         self._kernel_builds = kernel_builds
         self._constants = tuple(constants)
+        self._source = source   # (module, backend, fallback, spec, example shapes); None: none
+        self._key = _signature_key(pipeline.graph.inputs[:len(signature.names)])
+        self.jit: dict[tuple, CompiledModule] = {}
+        self.variants: dict[frozenset, CompiledModule] = {}
 
     def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
-        out = self._thunk(*self.signature.bind(args, kwargs), *self._constants)
+        ins = self.signature.bind(args, kwargs)
+        try:
+            out = self._thunk(*ins, *self._constants)
+        except (DTypeError, ShapeMismatch) as err:   # checked before any launch
+            return self._other(ins, err)(*ins)
         return out[0] if self._single else out
 
+    def _other(self, ins: tuple, err: Exception) -> "CompiledModule":
+        """The JIT thunk or size-1 variant for ``ins``, compiled on first use; else ``err``."""
+        if self._source is None or not all(isinstance(t, torch.Tensor) for t in ins):
+            raise err
+        module, backend, fallback, spec, shapes = self._source
+        key = _signature_key(ins)
+        if key != self._key:
+            if [d for _, d in key] != [d for _, d in self._key]:
+                raise err   # a dtype the module was not compiled for
+            if key not in self.jit:
+                self.jit[key] = compile(module, ins, dynamic="auto", backend=backend,
+                                        fallback=fallback)
+            return self.jit[key]
+        small = frozenset((i, k, int(ins[i].shape[k])) for i, axes in spec.items() for k in axes
+                          if ins[i].shape[k] <= 1)
+        static_ok = all(ins[i].shape[k] == n for i, shape in enumerate(shapes)
+                        for k, n in enumerate(shape) if k not in spec.get(i, {}))
+        if not small or not static_ok or not isinstance(err, ShapeMismatch):
+            raise err
+        if small not in self.variants:
+            fixed = {(i, k) for i, k, _ in small}
+            try:
+                self.variants[small] = compile(
+                    module, ins, dynamic={i: {k: n for k, n in axes.items()
+                                              if (i, k) not in fixed}
+                                          for i, axes in spec.items()},
+                    backend=backend, fallback=fallback)
+            except DLError:   # no program for these sizes: the general program's refusal
+                self.variants[small] = None
+        if self.variants[small] is None:
+            raise err
+        return self.variants[small]
+
     def stats(self) -> dict[str, Any]:
-        """``compiles``: graph compiles behind this module (always 1: no recompiles);
-        ``kernel_builds``: kernel functions compiled (launch-time variants included), fixed after
-        compile; ``calls``: thunk invocations that launched."""
-        return {"compiles": 1, "kernel_builds": self._kernel_builds, "calls": self._thunk.calls,
+        """``compiles``: graph compiles behind this module (1, plus one per JIT signature and
+        size-1 variant; never one per shape); ``kernel_builds``: kernel functions compiled
+        (launch-time variants included), JIT thunks' and variants' included; ``calls``: thunk
+        invocations that launched; ``thunks``: calls per thunk kind (``static``/``dynamic``;
+        ``jit``; ``variant``)."""
+        jit, var = list(self.jit.values()), [v for v in self.variants.values() if v is not None]
+        calls = {self._thunk.kind: self._thunk.calls,
+                 "jit": sum(c.stats()["calls"] for c in jit),
+                 "variant": sum(c.stats()["calls"] for c in var)}
+        return {"compiles": 1 + len(jit) + len(var),
+                "kernel_builds": self._kernel_builds + sum(c._kernel_builds for c in jit + var),
+                "jit_builds": len(jit), "variants": len(var), "calls": sum(calls.values()),
+                "thunks": calls,
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
                 "compile_s": sum(self.pipeline.timings.values())}
 
@@ -148,6 +213,13 @@ class CompiledModule(Rich):
         message), ``.steps`` each kernel's variant, element count and int params and each
         library call's arguments."""
         return self._thunk.launches(self._shapes(inputs))
+
+    def save(self, path) -> Any:
+        """One self-contained, versioned artifact at ``path`` (``dl.load`` runs it in another
+        process with no kernel builds); see ``dlcb_lab.artifact``."""
+        from .artifact import save
+
+        return save(self, path)
 
     def report(self, *inputs: torch.Tensor | Sequence[int]):
         """Every stage of this compile on one page (``viz.report.Report``: notebook display,
@@ -171,13 +243,15 @@ class CompiledModule(Rich):
 
 def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
             dynamic: Mapping[int | str, Mapping[int, str]] | bool = False,
-            backend: str = "auto", strict: bool = True) -> CompiledModule:
+            backend: str = "auto", strict: bool = True, fallback: bool = True) -> CompiledModule:
     """Compile ``module`` once for the shapes ``dynamic`` admits.
 
     ``dynamic`` maps an input (position, or parameter name of ``forward``) to ``{axis: dim name}``
     (negative axes count from the end); ``False`` compiles the example shapes statically. A dim
     declared dynamic that the program fixes to a literal raises ``ShapeError`` (a warning with
-    ``strict=False``). The example inputs must satisfy the compiled constraints. Raises
+    ``strict=False``). The example inputs must satisfy the compiled constraints. ``fallback``: an
+    op DLCB does not lower runs in PyTorch eager at its place in the launch plan (an ``eager``
+    step; ``False``: one ``UnsupportedOp`` lists every such op). Raises
     ``ShapeError`` for incompatible shapes, ``UnsupportedOp`` for ops outside the supported set,
     ``DTypeError`` for dtypes an op rejects, ``SpecError`` for malformed arguments.
     """
@@ -185,17 +259,25 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
         tuple(example_inputs)
     backend = _resolve_backend(backend)
     step = _Steps()
-    gm = step("capture", trace, module)
-    g = step("lower", lower_to_ir, gm, examples, dynamic)
-    step("generalize", check_generalization, g, strict)
+    cap = step("capture", capture, module, examples, dynamic)
+    g = step("lower", lower_to_ir, cap, fallback)
+    step("generalize", check_generalization, g, strict and not cap.auto, cap.auto)
     g, pass_records = step("passes", run_passes, g)
     bodies = step("kgen", infer_kernels, g, cooperative=backend == "cuda")
-    host, plan, consts, shapes = step("hostgen", _hostgen, g, bodies, examples, backend)
+    host, plan, consts, shapes = step("hostgen", _hostgen, g, bodies, examples, backend,
+                                       cap.widened)
     pipe = _pipeline(g, bodies, host, plan, pass_records, backend, step.timings)
     pipe, builds = step("build", _make_thunk, pipe, backend, shapes if _static(g) else None)
     signature = CallSignature.of(getattr(module, "forward", module),
                                  [v.name for v in g.inputs[:len(examples)]])
-    return CompiledModule(pipe, signature, len(g.outputs) == 1, builds, consts)
+    cm = CompiledModule(pipe, signature, len(g.outputs) == 1, builds, consts,
+                        (module, backend, fallback, cap.spec, [tuple(x.shape) for x in examples]))
+    if cap.widened:   # traced at 1: the variant for the example, now
+        try:
+            cm._thunk(*examples, *consts)
+        except ShapeMismatch as err:
+            cm._other(examples, err)
+    return cm
 
 
 class _Steps:
@@ -223,10 +305,12 @@ def _resolve_backend(backend: str) -> str:
 
 
 def _hostgen(g: Graph, bodies: Sequence[KernelBody], examples: Sequence[torch.Tensor],
-             backend: str) -> tuple[HostProgram, LaunchPlan, list[torch.Tensor], list[tuple]]:
+             backend: str, widened: bool = False
+             ) -> tuple[HostProgram, LaunchPlan, list[torch.Tensor], list[tuple]]:
     """The host program and launch plan; the module's parameters and buffers on the backend's
     device (the same storage when already there; contiguous, so calls need not check them); the
-    example call's shapes, which the host program must accept."""
+    example call's shapes, which the host program must accept (unless the capture ``widened`` a
+    size-1 axis: then the size-1 variant serves the example)."""
     host, plan = lower(g, materialized_values(g), bodies)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
     consts = [c.detach().to(device).contiguous() for _, c in g.constants]
@@ -234,7 +318,8 @@ def _hostgen(g: Graph, bodies: Sequence[KernelBody], examples: Sequence[torch.Te
     try:
         host.interpret(shapes)
     except ShapeMismatch as err:
-        raise ShapeError(f"the example inputs violate the compiled program: {err}") from None
+        if not widened:
+            raise ShapeError(f"the example inputs violate the compiled program: {err}") from None
     return host, plan, consts, shapes
 
 

@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .dims import Constraints, DimKind, Expr, SolverTrace
+from .dims import Constraints, DimKind, Expr, Lit, SolverTrace, Var
 from .display import Rich
 from .errors import BuildError
 from .hostgen.lower import LaunchPlan
@@ -28,6 +28,9 @@ class DimRow:
     axis: int
     expr: Expr
     kind: DimKind
+    why: str = ""
+    """For an input axis that was a dim variable: the first constraint that fixed it (with
+    ``dynamic="auto"``, why the axis is literal); else empty."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,12 @@ class DimTable(Rich):
         rows = []
         for v in list(g.inputs) + [n.out for n in g.nodes]:
             for k, d in enumerate(v.shape.items):
-                rows.append(DimRow(v.name, k, g.solver.resolve(d), g.solver.classify(d)))
+                e = g.solver.resolve(d)
+                why = ""
+                if isinstance(d, Var) and v.producer is None and isinstance(e, Lit):
+                    c = next(iter(g.solver.bindings_behind(d)), None)
+                    why = "" if c is None else f"#{c.id} {c.lhs!r} == {c.rhs!r} from {c.provenance}"
+                rows.append(DimRow(v.name, k, e, g.solver.classify(d), why))
         return cls(tuple(rows))
 
     def of(self, value: str) -> tuple[DimRow, ...]:
@@ -57,8 +65,8 @@ class DimTable(Rich):
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame([(r.value, r.axis, repr(r.expr), r.kind.value) for r in self.rows],
-                            columns=["value", "axis", "expr", "kind"])
+        return pd.DataFrame([(r.value, r.axis, repr(r.expr), r.kind.value, r.why)
+                             for r in self.rows], columns=["value", "axis", "expr", "kind", "why"])
 
     def __repr__(self) -> str:
         lines = [f"DimTable {self.counts()}"]
@@ -68,6 +76,7 @@ class DimTable(Rich):
         for v, rs in by.items():
             lines.append(f"  %{v}: [" + ", ".join(f"{r.expr!r}:{r.kind.value[0].upper()}"
                                                     for r in rs) + "]")
+            lines.extend(f"    axis {r.axis} fixed by {r.why}" for r in rs if r.why)
         return "\n".join(lines)
 
 

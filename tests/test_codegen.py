@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import dlcb_lab as dl
-from dlcb_lab.bridge.fx import lower_to_ir, trace
+from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.dims import lit
 from dlcb_lab.hostgen.lower import lower
 from dlcb_lab.kgen.infer import coord_var, infer_kernels, materialized_values
@@ -33,7 +33,7 @@ GOLDEN = pathlib.Path(__file__).parent / "golden"
 def build(case, spec="dynamic", n=3, dtype=torch.float32):
     dyn = {"dynamic": case.dynamic, "dynamic2": case.dynamic2, "static": {}}[spec]
     ins = case.inputs(n, case.m if spec == "dynamic2" else None, dtype=dtype)
-    g = lower_to_ir(trace(case.module()), list(ins), dyn)
+    g = to_ir(case.module(), list(ins), dyn)
     return g, infer_kernels(g, cooperative=True)
 
 
@@ -61,7 +61,7 @@ def test_cuda_compiles_with_nvrtc(case, spec, dtype):
 
 
 def test_nan_kernels_compile():
-    g = lower_to_ir(trace(NanProp()), [torch.randn(2, 5), torch.randn(2, 5)],
+    g = to_ir(NanProp(), [torch.randn(2, 5), torch.randn(2, 5)],
                     {0: {0: "N"}, 1: {0: "N"}})
     assert is_cubin(compile_cubin(cuda_module(infer_kernels(g)), arch="sm_90"))
 
@@ -222,7 +222,7 @@ HOST_CASES = [(c, "dynamic") for c in CASES] + [(c, "dynamic2") for c in CASES i
 def test_host_interpret_matches_compiled(case, spec):
     rng = random.Random(0)
     if case == "reshape4":
-        g = lower_to_ir(trace(Reshape4()), [torch.randn(2, 6), torch.randn(6)], {0: {0: "N"}})
+        g = to_ir(Reshape4(), [torch.randn(2, 6), torch.randn(6)], {0: {0: "N"}})
         make = lambda n, m: [(n, 6), (6,)]   # noqa: E731
     else:
         g, _ = build(case, spec)
@@ -258,6 +258,6 @@ def test_integer_and_bool_cuda_compiles(dx, dy):
         return _ints(x, y)
 
     ins = (torch.ones(3, 5, dtype=dx), torch.ones(3, 5, dtype=dy))
-    g = lower_to_ir(trace(Fn2(f)), list(ins), {0: {0: "N"}, 1: {0: "N"}})
+    g = to_ir(Fn2(f), list(ins), {0: {0: "N"}, 1: {0: "N"}})
     bodies = infer_kernels(g, cooperative=True)
     assert is_cubin(compile_cubin(cuda_module(bodies), arch="sm_90"))

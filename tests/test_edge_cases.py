@@ -18,7 +18,7 @@ HERE = "test_edge_cases.py"
 
 
 class Fn(torch.nn.Module):
-    """A module around a one-argument function (fx traces through the lambda)."""
+    """A module around a one-argument function (export traces through the lambda)."""
 
     def __init__(self, fn):
         super().__init__()
@@ -88,7 +88,8 @@ def test_zero_size_at_run_time_launches_nothing(monkeypatch):
 def test_amax_over_empty_range():
     """eager raises for amax over an empty range: at compile time for literal extents, before any
     launch (ShapeMismatch naming the op and line) for a dim that is 0 at run time."""
-    with pytest.raises(dl.ShapeError, match=rf"amax 'amax'.*{HERE}.*empty range"):
+    with pytest.raises(dl.ShapeError, match=rf"{HERE}.*torch rejects the program: .*zero-size "
+                       r"dimension for reduction operation without identity"):
         dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), backend="cpu")
     cm = dl.compile(Fn(lambda x: x.amax(0)), (torch.randn(3, 4),), {0: {0: "N"}}, backend="cpu")
     with pytest.raises(dl.ShapeMismatch, match=rf"amax 'amax' at {HERE}.*empty range.*N = input 0"):
@@ -111,7 +112,8 @@ def test_zero_dim_tensor(fn):
 
 
 def test_zero_dim_invalid_axis():
-    with pytest.raises(dl.ShapeError, match=r"dim 1 out of range for a rank-0 tensor"):
+    with pytest.raises(dl.ShapeError, match=r"torch rejects the program: IndexError: "
+                       r"Dimension out of range"):
         dl.compile(Fn(lambda x: x.sum(1)), (torch.tensor(1.0),), backend="cpu")
 
 
@@ -135,11 +137,13 @@ def test_keyword_defaults(fn):
 
 
 def test_unsupported_argument_value_is_named():
-    with pytest.raises(dl.UnsupportedOp, match=rf"div 'div' at {HERE}.*rounding_mode='floor'"
+    with pytest.raises(dl.UnsupportedOp, match=rf"aten.div.Tensor_mode 'div' at {HERE}.*rounding_mode='floor'"
                                                r"\) by a tensor"):
         dl.compile(Fn(lambda x: torch.div(x, x + 1, rounding_mode="floor")), (torch.arange(3),),
+                   fallback=False,
                    backend="cpu")
-    with pytest.raises(dl.UnsupportedOp, match=r"do not fit sum.*unexpected keyword.*bogus"):
+    with pytest.raises(dl.ShapeError, match=rf"{HERE}.*torch rejects the program: TypeError: "
+                       r"sum\(\) received an invalid combination of arguments"):
         dl.compile(Fn(lambda x: x.sum(bogus=1)), (torch.randn(3),), backend="cpu")
 
 
@@ -184,9 +188,10 @@ def test_type_promotion():
 
 
 @pytest.mark.parametrize("fn,dtype,match", [
-    (lambda x: x.mean(), torch.int64, r"mean 'mean' at .*torch rejects operand dtypes \(int64\)"),
-    (lambda x: -x, torch.bool, r"neg 'neg' at .*torch rejects operand dtypes \(bool\)"),
-    (lambda x: x - x, torch.bool, r"sub 'sub' at .*bool"),
+    (lambda x: x.mean(), torch.int64, r"torch rejects the program: .*mean\(\): could not infer "
+     r"output dtype"),
+    (lambda x: -x, torch.bool, r"torch rejects the program: .*Negation.*on a bool tensor"),
+    (lambda x: x - x, torch.bool, r"torch rejects the program: .*Subtraction.*two bool tensors"),
 ], ids=["mean-int", "neg-bool", "sub-bool"])
 def test_dtype_eager_rejects(fn, dtype, match):
     with pytest.raises(dl.DTypeError, match=match):
@@ -198,7 +203,7 @@ def test_dtype_eager_rejects(fn, dtype, match):
 def test_unsupported_dtype_names_input_and_op():
     with pytest.raises(dl.UnsupportedOp, match=r"input 'x'.*complex64 unsupported"):
         dl.compile(Fn(torch.relu), (torch.ones(2, dtype=torch.complex64),), backend="cpu")
-    with pytest.raises(dl.UnsupportedOp, match=rf"to 'to' at {HERE}.*float8_e4m3fn unsupported"):
+    with pytest.raises(dl.UnsupportedOp, match=rf"'to' at {HERE}.*float8_e4m3fn unsupported"):
         dl.compile(Fn(lambda x: x.to(torch.float8_e4m3fn)), (torch.ones(2),), backend="cpu")
 
 
@@ -217,7 +222,8 @@ def test_inplace_is_functionalized():
 
 def test_inplace_cast_back():
     run(Fn(lambda x: torch.relu_(x.to(torch.int32)).add_(1)), (torch.arange(-3, 3),))
-    with pytest.raises(dl.DTypeError, match=r"can't be cast to .*int32"):
+    with pytest.raises(dl.DTypeError, match=r"torch rejects the program: .*Promotion of "
+                       r"int.add/sub_\(float\) in in-place ops"):
         dl.compile(Fn(lambda x: x.to(torch.int32).add_(1.5)), (torch.arange(3),), backend="cpu")
 
 
@@ -243,7 +249,8 @@ def test_inplace_refused(fn, match):
     (lambda x: x.flatten(0, 5), r"end_dim 5 out of range"),
     (lambda x: x.flatten(1, 0), r"start_dim 1 comes after end_dim 0"),
     (lambda x: x.sum((1, 1)), r"dim 1 appears multiple times"),
-    (lambda x: x.sum(1.5), r"dim 1.5 is not an integer"),
+    (lambda x: x.sum(1.5), r"torch rejects the program: TypeError: sum\(\) received an invalid "
+     r"combination of arguments - got \(float\)"),
     (lambda x: x.size(2), r"dim 2 out of range"),
     (lambda x: x.view(x.size(2)), r"dim 2 out of range"),
     (lambda x: x.reshape(-1, -1), r"more than one -1"),
@@ -276,17 +283,19 @@ def test_reshape_sizes_from_dim_arithmetic():
 
 def test_dim_as_tensor_value():
     run(Fn(lambda x: x * x.size(1) + x.shape[1]), (torch.randn(2, 6),), {0: {0: "N"}})
-    with pytest.raises(dl.UnsupportedOp, match=rf"mul 'mul' at {HERE}.*dimension N used as a tensor"):
-        dl.compile(Fn(lambda x: x * x.size(0)), (torch.randn(2, 6),), {0: {0: "N"}}, backend="cpu")
+    with pytest.raises(dl.UnsupportedOp, match=rf"aten.mul.Tensor 'mul' at {HERE}.*dimension N "
+                       r"used as a tensor"):
+        dl.compile(Fn(lambda x: x * x.size(0)), (torch.randn(2, 6),), {0: {0: "N"}},
+                   backend="cpu", fallback=False)
 
 
 # --- the example inputs must satisfy the compiled program ------------------------------------------------------
 
 @pytest.mark.parametrize("fn,ins,dynamic,match", [
     (lambda x: x.reshape(x.size(0), -1, 4), (torch.randn(2, 6),), {0: {0: "N"}},
-     r"example inputs violate.*\(6\*N\) % \(4\*N\)|example inputs violate"),
+     r"torch rejects the program: .*shape '\[s\d+, -1, 4\]' is invalid for input of size"),
     (lambda x: x.reshape(-1, 3), (torch.randn(2, 5),), {0: {0: "N"}},
-     r"example inputs violate.*\(5\*N\) % 3 == 0.*N = input 0 'x' axis 0"),
+     r"torch rejects the program: .*shape '\[-1, 3\]' is invalid for input of size 5\*"),
     (lambda x: x.reshape(-1, 3), (torch.randn(2, 5),), False, r"contradiction.*reshape"),
 ], ids=["reshape-N-1-4", "reshape-1-3-dynamic", "reshape-1-3-static"])
 def test_example_inputs_checked_at_compile(fn, ins, dynamic, match):
@@ -325,7 +334,8 @@ def test_non_strided_inputs_refused(layout, monkeypatch):
 def test_float_alpha_on_integers():
     run(Fn(lambda x: (torch.add(x, 1.5, alpha=2.5), torch.sub(x.float(), x, alpha=0.5),
                       torch.add(x, x, alpha=3))), (torch.arange(6),))
-    with pytest.raises(dl.DTypeError, match=rf"add 'add' at {HERE}.*alpha=2.5 is a float"):
+    with pytest.raises(dl.DTypeError, match=rf"{HERE}.*torch rejects the program: .*alpha "
+                       r"argument of type <class 'float'> cannot be safely cast"):
         dl.compile(Fn(lambda x: torch.add(x, x, alpha=2.5)), (torch.arange(6),), backend="cpu")
 
 

@@ -133,7 +133,8 @@ def test_residual_dims_chain_matches_module(convpool):
     torch.testing.assert_close(bufs[-1], m(x), rtol=1e-5, atol=1e-5)
     # the pool output's height disagrees with the conv output's (a consistency check of bindings)
     with pytest.raises(dl.ShapeMismatch, match=r"out \(%max_pool2d\) axis 2: size 3 != "
-                       r"\(\(\(H \+ 1\) // 2\) \+ 1\) // 2 = 4 \(\(H \+ 1\) // 2 from in0 \(%c\)"):
+                       r"\(\(\(H \+ 1\) // 2\) \+ 1\) // 2 = 4 \(\(H \+ 1\) // 2 from in0 \(%conv2d\) "
+                       r"axis 2\)"):
         pool[1, 1](torch.empty(3, 4, 3, 3), c, m.c.bias.detach().view(4, 1, 1))
 
 

@@ -72,7 +72,7 @@ class _Sample(torch.nn.Module):
 
     def __init__(self, op, sample):
         super().__init__()
-        # fx cannot trace the Tensor.__getitem__ slot wrapper on a proxy
+        # x[idx] as a plain function (op.op is the Tensor.__getitem__ slot wrapper)
         self.fn = operator.getitem if op.name == "__getitem__" else op.op
         leaves, self.tree = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
         self.slots = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
@@ -178,7 +178,7 @@ def _declared_requirement(err: dl.DLError) -> bool:
 def _compile(m, ts, spec):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return dl.compile(m, ts, dynamic=spec, backend="cpu", strict=False)
+        return dl.compile(m, ts, dynamic=spec, backend="cpu", strict=False, fallback=False)
 
 
 def _check(op, dtype, limit=None):

@@ -96,8 +96,10 @@ def _case(name: str):
     return m, lambda n: _sampled(name, n), {i: d for i, d in dyn.items() if d}
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("name", sorted(set(OPS) - {"eager"}))
 def test_op_matches_its_reference(name):
+    """``eager`` is excluded: it is the fallback for ATen nodes without a lowering, so no torch
+    call lowers to it (its reference replays a recorded ATen call)."""
     m, operands, dyn = _case(name)
     cm = dl.compile(m, operands(2), dynamic=dyn, backend="cpu")
     assert [n.op.name for n in cm.pipeline.graph.nodes] == [name]

@@ -1,5 +1,5 @@
-"""Graph passes, the memory plan and the bridge's opaque-function path, checked against eager and
-against the invariants each pass states."""
+"""Graph passes, the memory plan, and capture through ``torch.fx.wrap`` leaves, size branches and
+``torch._assert``, checked against eager and against the invariants each pass states."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def test_partition_and_epilogue():
     assert kinds[0] == "library" and kinds[1] == "generated"
     assert part.steps[1].ops == ("add", "relu")   # bias (folded BN shift) + relu: the epilogue
     df = part.to_frame()
-    assert list(df.columns) == ["step", "kind", "value", "n_ops", "ops", "launches"]
+    assert list(df.columns) == ["step", "kind", "value", "n_ops", "ops", "launches", "why"]
+    assert (df["why"] == "").all()   # why a step runs eagerly: none does here
 
 
 def _plan_invariants(cm):
@@ -125,7 +126,7 @@ def test_fuse_materializes_shared_residual_stream():
         _close(cm, m, torch.randn(n, L, 16))
 
 
-# --- opaque (fx.wrap'd) functions --------------------------------------------------------------
+# --- fx.wrap'd functions, branches and asserts on sizes ---------------------------------------------
 
 @torch.fx.wrap
 def _windowed(x: torch.Tensor, w: int) -> torch.Tensor:
@@ -145,9 +146,13 @@ class Opaque(nn.Module):
         return _windowed(x.relu(), 4) * 2
 
 
-def test_opaque_function_runs_on_proxies():
+def test_wrapped_function_is_traced_through():
+    """A ``torch.fx.wrap`` leaf (as Swin's ``shifted_window_attention``) is no leaf to export:
+    its ops, the in-place mask write included, become IR; the batch stays symbolic."""
     m = Opaque()
-    cm = dl.compile(m, (torch.randn(2, 10, 3),), dynamic={0: {0: "N"}}, backend="cpu")
+    cm = dl.compile(m, (torch.randn(2, 10, 3),), dynamic={0: {0: "N"}}, backend="cpu",
+                    fallback=False)
+    assert cm.stats()["thunk"] == "dynamic"
     for n in (1, 4):
         _close(cm, m, torch.randn(n, 10, 3))
 
@@ -162,9 +167,16 @@ class Branchy(nn.Module):
         return _branchy(x)
 
 
-def test_opaque_control_flow_on_symbolic_size_is_refused():
-    with pytest.raises(dl.UnsupportedOp, match="symbolic size"):
-        dl.compile(Branchy(), (torch.randn(4, 3),), dynamic={0: {0: "N"}}, backend="cpu")
+def test_branch_on_symbolic_size_is_guarded():
+    """Export takes the branch the example takes and records ``N >= 4`` as the dim's range: the
+    compiled module is right inside the range and refuses a call outside it before any launch
+    (it must not run the ``x * 2`` branch at N = 2)."""
+    m = Branchy()
+    cm = dl.compile(m, (torch.randn(4, 3),), dynamic={0: {0: "N"}}, backend="cpu")
+    for n in (4, 9):
+        _close(cm, m, torch.randn(n, 3))
+    with pytest.raises(dl.ShapeMismatch, match="N"):
+        cm(torch.randn(2, 3))
 
 
 class Asserted(nn.Module):
@@ -173,12 +185,16 @@ class Asserted(nn.Module):
         return x * 3
 
 
-def test_assert_pins_a_dim_and_names_the_line():
+def test_assert_pins_a_dim():
+    """``torch._assert`` on a size: export specializes the axis; a dim declared on it is a
+    ``ShapeError`` naming the dim, its input axis and the literal."""
     cm = dl.compile(Asserted(), (torch.randn(2, 8),), dynamic={0: {0: "N"}}, backend="cpu")
     _close(cm, Asserted(), torch.randn(5, 8))
+    with pytest.raises(dl.ShapeMismatch):
+        cm(torch.randn(5, 7))
     with pytest.raises(dl.ShapeError) as ei:
         dl.compile(Asserted(), (torch.randn(2, 8),), dynamic={0: {0: "N", 1: "C"}},
                    backend="cpu")
     msg = str(ei.value)
-    assert "dim C" in msg and "fixes it to 8" in msg and "width must be 8" in msg, msg
-    assert "test_passes.py" in msg, msg
+    assert "dim C (input 0 'x' axis 1)" in msg and "fixes it to 8" in msg, msg
+    assert "torch.export" in msg and "specializes it" in msg, msg

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import dlcb_lab as dl
-from dlcb_lab.bridge.fx import lower_to_ir, trace
+from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, pack
 from dlcb_lab.kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, numba_kernel,
                                 numba_signature, signature)
@@ -27,7 +27,7 @@ NAMES = ["binary", "reductions", "softmax", "mixed"]
 
 def bodies_of(name: str):
     case = BY_NAME[name]
-    g = lower_to_ir(trace(case.module()), list(case.inputs(3)), case.dynamic)
+    g = to_ir(case.module(), list(case.inputs(3)), case.dynamic)
     return infer_kernels(g, cooperative=True)
 
 

@@ -23,7 +23,7 @@ if shutil.which("dot") is None:
 
 import dlcb_lab as dl
 from dlcb_lab.records import Kernel
-from dlcb_lab.bridge.fx import lower_to_ir, trace
+from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.dims import (Constraint, Constraints, Expr, Lit, Provenance, Shape, Var, lit, shape,
                            var)
 from dlcb_lab.hostgen.lower import KernelLaunch
@@ -287,7 +287,7 @@ def test_bare_svg_reads_on_any_background(conv):
 
 
 def test_graph_before_partition_has_no_clusters():
-    g = lower_to_ir(trace(ConvPool().eval()), (torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)),
+    g = to_ir(ConvPool().eval(), (torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)),
                     {0: {0: "N", 2: "H", 3: "W"}, 1: {0: "N", 2: "H2", 3: "W2"}})
     svg = graph_svg(g)
     assert g.partition is None and 'class="cluster"' not in svg
@@ -321,7 +321,7 @@ def test_graph_header_counts_are_pluralized(small, conv):
         h = render(g).html
         return unescape(re.sub(r"<[^>]+>", "", re.search(r"<div><b>Graph</b>.*?</div>", h)[0]))
 
-    g = lower_to_ir(trace(One()), (torch.randn(2, 3),), {0: {0: "N"}})
+    g = to_ir(One(), (torch.randn(2, 3),), {0: {0: "N"}})
     assert head(g) == "Graph: 1 op, 1 input, 0 constants, 1 output"
     assert head(small.pipeline.graph).endswith("; 1 generated kernel, 0 library calls")
     assert "1 library call" in head(conv.pipeline.graph)

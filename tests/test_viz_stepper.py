@@ -143,9 +143,12 @@ def two_branch():
 
 @pytest.fixture(scope="module")
 def clash():
+    """A real compile's contradiction. torch.export rejects a program whose example breaks a
+    broadcast, so the clash is in the spec: one dim N on y's axes 1 and 2, which the broadcast
+    with ``x.reshape(N, 2, -1)`` [N, 2, 3] fixes to 2 and to 3."""
     with pytest.raises(Contradiction) as info:
-        dl.compile(Clash(), (torch.randn(2, 6), torch.randn(2, 2, 4)),
-                   dynamic={0: {0: "N"}, 1: {0: "N"}}, backend="cpu")
+        dl.compile(Clash(), (torch.randn(2, 6), torch.randn(2, 2, 3)),
+                   dynamic={0: {0: "N"}, 1: {1: "N", 2: "N"}}, backend="cpu")
     return info.value
 
 

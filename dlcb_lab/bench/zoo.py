@@ -322,15 +322,16 @@ def _sync(device: str | torch.device) -> None:
 
 def compile_model(name: str, backend: str = "cpu", batch: int = 1, res: Res | None = None,
                   device: str | None = None, model: torch.nn.Module | None = None,
-                  dtype: torch.dtype = torch.float32) -> dl.CompiledModule:
+                  dtype: torch.dtype = torch.float32, dynamic: Any = None) -> dl.CompiledModule:
     """``dl.compile`` of ``model`` (default: a fresh ``MODELS[name].build()`` in ``dtype``) with
-    the spec's dynamic dims and example input ``[batch, 3, *res]`` (default: the first test
-    resolution)."""
+    ``dynamic`` (default: the spec's dynamic dims; ``"auto"``) and example input
+    ``[batch, 3, *res]`` (default: the first test resolution)."""
     spec = MODELS[name]
     device = device or ("cuda" if backend == "cuda" else "cpu")
     model = (spec.build() if model is None else model).to(device, dtype)
     x = make_input(batch, res or spec.test_res[0], device, dtype=dtype)
-    return dl.compile(model, (x,), dynamic=spec.dynamic, backend=backend)
+    return dl.compile(model, (x,), dynamic=spec.dynamic if dynamic is None else dynamic,
+                      backend=backend)
 
 
 def check_model(name: str, backend: str = "cpu", batches: Sequence[int] = (1, 3, 5),

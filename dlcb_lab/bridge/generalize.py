@@ -1,9 +1,11 @@
 """Shape generalization: which traced dimensions may stay free variables of the compiled program.
 
-Today the policy is the user's: ``dynamic`` names the free dims, and ``check_generalization``
-verifies, after the solve, that the program did not fix any of them to a literal (a reshape to a
-constant shape, a broadcast against a static extent). Stage 3 grows this module into automatic
-generalization: propose free dims from the traced shapes and keep those the solve leaves free.
+Declared: ``dynamic`` names the free dims, and ``check_generalization`` verifies, after the solve,
+that the program did not fix any of them to a literal (a reshape to a constant shape, a broadcast
+against a static extent, a branch on the size that torch.export specialized). Automatic
+(``dynamic="auto"``): capture proposes every axis as a dim variable, export keeps those the code
+admits, the lowering pins the rest, and the solve decides: a dim that stays free is dynamic, a
+fixed one is literal with the constraints that fixed it as the reason.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from ..ir.graph import Graph
 __all__ = ["check_generalization", "dim_origins"]
 
 
-def check_generalization(g: Graph, strict: bool = True) -> None:
+def check_generalization(g: Graph, strict: bool = True, auto: bool = False) -> None:
     """A dim declared dynamic that the graph fixes to a literal is a ``ShapeError`` (``strict``)
     or a warning; either names the dim, its input axis and the constraints that fixed it. With the
-    warning, the dim compiles as that literal (the host program checks it at each call)."""
+    warning, the dim compiles as that literal (the host program checks it at each call).
+    ``auto`` (``dynamic="auto"``: every axis proposed): fixed dims are the answer, not an error;
+    ``cm.pipeline.dims`` shows the constraints behind each."""
+    if auto:
+        return
     for v, origin in dim_origins(g).items():
         e = g.solver.resolve(v)
         if not isinstance(e, Lit):

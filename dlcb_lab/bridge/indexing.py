@@ -3,11 +3,8 @@ input coordinate read from an index tensor (paper §4.3)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from ..dims import lit, prod
 from ..errors import UnsupportedOp
@@ -65,15 +62,5 @@ def _l_gather(cx, input, dim, index, *, sparse_grad=False, out=None):
     return y if idx.rank else cx.apply("reshape", y, shape=())
 
 
-def _m_embedding(cx, mod: nn.Embedding, input):
-    return _l_embedding(cx, input, cx.param(mod.weight, "weight"), max_norm=mod.max_norm)
-
-
 LOWERINGS: dict[str, Callable] = {"index_select": _l_index_select, "embedding": _l_embedding,
                                   "gather": _l_gather}
-FUNCTIONS: dict[Any, tuple[str, bool]] = {
-    torch.index_select: ("index_select", False), F.embedding: ("embedding", False),
-    torch.gather: ("gather", False)}
-METHODS: dict[str, tuple[str, bool]] = {"index_select": ("index_select", False),
-                                        "gather": ("gather", False)}
-MODULES: dict[type, Callable] = {nn.Embedding: _m_embedding}

@@ -1,7 +1,7 @@
-"""Lowerings of the neural-network vocabulary (``torch.nn.functional``, ``torch.nn`` modules and the
-tensor methods the TorchVision models use): convolution, linear and attention become library ops;
-normalizations, activations, pooling, concatenation, slicing and padding become generated IR ops.
-Each lowering has torch's signature (after the context and, for modules, the module).
+"""Lowerings of the neural-network vocabulary (``torch.nn.functional`` and the shape ops the
+TorchVision models use): convolution, linear and attention become library ops; normalizations,
+activations, pooling, concatenation, slicing and padding become generated IR ops. Each lowering
+has torch's signature after the lowering context; ``bridge.aten`` binds ATen nodes to them.
 
 Inference semantics: dropout and stochastic depth are identities unless ``training``; batch norm
 uses the running statistics. Where torch's result depends on a run-time size in a way the graph
@@ -12,17 +12,9 @@ must not shrink, an axis ``squeeze`` may drop must not be 1.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-try:   # torchvision's stochastic depth (EfficientNet, ConvNeXt, Swin); optional
-    import torchvision.ops as tv_ops
-except ImportError:   # pragma: no cover
-    tv_ops = None
 
 from ..dims import Expr, Lit, as_expr, lit, prod
 from ..errors import DTypeError, ShapeError, UnsupportedOp
@@ -256,12 +248,6 @@ def _l_dropout(cx, input, p=0.5, training=True, inplace=False):
     return tensor_arg(input)
 
 
-def _l_stochastic_depth(cx, input, p, mode, training=True):
-    if training and p:
-        raise UnsupportedOp("stochastic depth in training mode (random)")
-    return tensor_arg(input)
-
-
 # --- pooling ----------------------------------------------------------------------------------------
 
 def _pool_stride(stride: Any, k: tuple[int, int]) -> tuple[int, int]:
@@ -308,10 +294,13 @@ def _l_adaptive_avg_pool2d(cx, input, output_size):
     out = []
     for i, o in enumerate(size):
         d = dims[x.rank - 2 + i]
-        if o is None:   # the input's extent
+        if o is None or o is d:   # the input's extent (export spells None as the axis's size)
             out.append(d.value if isinstance(d, Lit) else None)
             continue
-        out.append(int(o))
+        if isinstance(o, Expr) and not isinstance(o, Lit):
+            raise UnsupportedOp(f"adaptive_avg_pool2d output size {o!r} is symbolic (not the "
+                                f"input's extent {d!r})")
+        out.append(int(o.value if isinstance(o, Lit) else o))
     if out == [1, 1]:   # global pooling: a mean over both axes
         return cx.apply("mean", x, dims=(x.rank - 2, x.rank - 1), keepdim=True)
     return cx.apply("adaptive_avg_pool2d", x, output_size=tuple(out))
@@ -628,96 +617,6 @@ def _l_t(cx, input):
     return x if x.rank < 2 else cx.apply("permute", x, dims=(1, 0))
 
 
-# --- modules --------------------------------------------------------------------------------------
-
-def _m_conv2d(cx, mod: nn.Conv2d, input):
-    if mod.padding_mode != "zeros":
-        raise UnsupportedOp(f"padding_mode={mod.padding_mode!r}")
-    return _l_conv2d(cx, input, cx.param(mod.weight, "weight"), cx.param(mod.bias, "bias"),
-                     mod.stride, mod.padding, mod.dilation, mod.groups)
-
-
-def _m_linear(cx, mod: nn.Linear, input):
-    return _l_linear(cx, input, cx.param(mod.weight, "weight"), cx.param(mod.bias, "bias"))
-
-
-def _m_batch_norm(cx, mod: nn.modules.batchnorm._BatchNorm, input):
-    if mod.training or not mod.track_running_stats:
-        raise UnsupportedOp("batch norm with batch statistics (training mode or no running "
-                            "stats)")
-    x = tensor_arg(input)
-    if x.rank != {nn.BatchNorm1d: x.rank if x.rank in (2, 3) else 2, nn.BatchNorm2d: 4,
-                  nn.BatchNorm3d: 5}.get(type(mod), x.rank):
-        raise ShapeError(f"{type(mod).__name__} of a rank-{x.rank} input")
-    return _l_batch_norm(cx, x, cx.param(mod.running_mean, "running_mean"),
-                         cx.param(mod.running_var, "running_var"), cx.param(mod.weight, "weight"),
-                         cx.param(mod.bias, "bias"), False, 0.0, mod.eps)
-
-
-def _m_layer_norm(cx, mod: nn.LayerNorm, input):
-    return _l_layer_norm(cx, input, mod.normalized_shape, cx.param(mod.weight, "weight"),
-                         cx.param(mod.bias, "bias"), mod.eps)
-
-
-def _m_mha(cx, mod: nn.MultiheadAttention, query, key, value, key_padding_mask=None,
-           need_weights=True, attn_mask=None, average_attn_weights=True, is_causal=False):
-    """Input projection (one GEMM when query, key and value are one tensor), heads split by
-    reshape/permute views, ``sdpa``, heads merged, output projection. Returns (output, None)."""
-    if need_weights:
-        raise UnsupportedOp("MultiheadAttention with need_weights=True (attention weights output)")
-    refuse(key_padding_mask=(key_padding_mask, None))
-    if mod.bias_k is not None or mod.add_zero_attn or mod.dropout and mod.training:
-        raise UnsupportedOp("MultiheadAttention with bias_k/bias_v, add_zero_attn or dropout")
-    q, k, v = (tensor_arg(t, w) for t, w in ((query, "query"), (key, "key"), (value, "value")))
-    if q.rank != 3:
-        raise UnsupportedOp(f"MultiheadAttention of a rank-{q.rank} query (batched only)")
-    same = q is k is v
-    if not mod.batch_first:   # [L, N, E] -> [N, L, E]; self-attention permutes once
-        q, k, v = (cx.apply("permute", t, dims=(1, 0, 2)) if t.rank == 3 else t
-                   for t in (q, k, v)) if not same else \
-            (cx.apply("permute", q, dims=(1, 0, 2)),) * 3
-    e, h = mod.embed_dim, mod.num_heads
-    b_in = mod.in_proj_bias
-    if mod._qkv_same_embed_dim and same:
-        qkv = _l_linear(cx, q, cx.param(mod.in_proj_weight, "in_proj_weight"),
-                        cx.param(b_in, "in_proj_bias"))
-        q, k, v = _l_split(cx, qkv, [e, e, e], -1)
-    else:
-        ws = [mod.in_proj_weight[i * e:(i + 1) * e] for i in range(3)] if \
-            mod._qkv_same_embed_dim else [mod.q_proj_weight, mod.k_proj_weight, mod.v_proj_weight]
-        bs = [None if b_in is None else b_in[i * e:(i + 1) * e] for i in range(3)]
-        q, k, v = (_l_linear(cx, t, cx.param(w.detach(), f"{n}_proj_weight"),
-                             None if b is None else cx.param(b.detach(), f"{n}_proj_bias"))
-                   for t, w, b, n in zip((q, k, v), ws, bs, "qkv"))
-
-    def heads(t: Value) -> Value:   # [N, S, E] -> [N, h, S, E/h], contiguous for the kernel
-        n, s, _ = cx.g.dims(t)
-        out = cx.apply("permute", cx.apply("reshape", t, shape=(n, s, h, e // h)),
-                       dims=(0, 2, 1, 3))
-        cx.g.materialize.add(out.id)
-        return out
-
-    mask = None
-    if is_causal:   # torch: a hint that attn_mask is causal; sdpa then builds the mask itself
-        if attn_mask is None:
-            raise ShapeError("MultiheadAttention is_causal=True needs attn_mask (torch's rule)")
-    elif attn_mask is not None:   # True: not allowed to attend; [L, S] or [N*heads, L, S]
-        mask = _additive_mask(cx, tensor_arg(attn_mask, "attn_mask"), q.dtype, False)
-        if mask.rank == 3:
-            _, ml, ms = cx.g.dims(mask)
-            mask = cx.apply("reshape", mask, shape=(cx.g.dims(q)[0], h, ml, ms))
-    o = _l_sdpa(cx, heads(q), heads(k), heads(v), mask, is_causal=bool(is_causal))
-    n, _, s, _ = cx.g.dims(o)
-    o = cx.apply("reshape", cx.apply("permute", o, dims=(0, 2, 1, 3)), shape=(n, s, e))
-    o = _l_linear(cx, o, cx.param(mod.out_proj.weight, "out_proj.weight"),
-                  cx.param(mod.out_proj.bias, "out_proj.bias"))
-    if not mod.batch_first:
-        o = cx.apply("permute", o, dims=(1, 0, 2))
-    return o, None
-
-
-# --- tables ---------------------------------------------------------------------------------------
-
 LOWERINGS: dict[str, Callable] = {
     "conv2d": _l_conv2d, "linear": _l_linear, "matmul": _l_matmul, "bmm": _ranked(3),
     "mm": _ranked(2), "addmm": _l_addmm, "sdpa": _l_sdpa,
@@ -725,7 +624,7 @@ LOWERINGS: dict[str, Callable] = {
     "softmax": _softmax(False), "log_softmax": _softmax(True),
     **{op: _act(op) for op in ("silu", "hardswish", "hardsigmoid")},
     "relu6": _l_relu6, "hardtanh": _l_hardtanh, "gelu": _l_gelu, "clamp": _l_clamp,
-    "dropout": _l_dropout, "stochastic_depth": _l_stochastic_depth,
+    "dropout": _l_dropout,
     "max_pool2d": _l_max_pool2d, "max_pool2d_with_indices": _l_max_pool2d_with_indices,
     "avg_pool2d": _l_avg_pool2d, "adaptive_avg_pool2d": _l_adaptive_avg_pool2d,
     "getitem": _l_getitem, "narrow": _l_narrow, "cat": _l_cat, "stack": _l_stack,
@@ -733,61 +632,3 @@ LOWERINGS: dict[str, Callable] = {
     "split_with_sizes": _l_split_with_sizes, "chunk": _l_chunk, "unbind": _l_unbind,
     "pad": _l_pad, "expand": _l_expand, "expand_as": _l_expand_as, "roll": _l_roll, "t": _l_t,
 }
-
-FUNCTIONS: dict[Any, tuple[str, bool]] = {
-    F.conv2d: ("conv2d", False), F.linear: ("linear", False), torch.matmul: ("matmul", False),
-    operator.matmul: ("matmul", False), torch.bmm: ("bmm", False), torch.mm: ("mm", False),
-    torch.addmm: ("addmm", False), F.scaled_dot_product_attention: ("sdpa", False),
-    F.batch_norm: ("batch_norm", False), F.layer_norm: ("layer_norm", False),
-    F.softmax: ("softmax", False), torch.softmax: ("softmax", False),
-    F.log_softmax: ("log_softmax", False), torch.log_softmax: ("log_softmax", False),
-    F.silu: ("silu", False), F.hardswish: ("hardswish", False),
-    F.hardsigmoid: ("hardsigmoid", False), F.relu6: ("relu6", False),
-    F.hardtanh: ("hardtanh", False), F.gelu: ("gelu", False), torch.clamp: ("clamp", False),
-    torch.clip: ("clamp", False), F.dropout: ("dropout", False),
-    F.max_pool2d: ("max_pool2d", False),
-    F.max_pool2d_with_indices: ("max_pool2d_with_indices", False),
-    F.avg_pool2d: ("avg_pool2d", False),
-    F.adaptive_avg_pool2d: ("adaptive_avg_pool2d", False),
-    torch.narrow: ("narrow", False), torch.cat: ("cat", False), torch.concat: ("cat", False),
-    torch.stack: ("stack", False), torch.unsqueeze: ("unsqueeze", False),
-    torch.squeeze: ("squeeze", False), torch.split: ("split", False),
-    torch.chunk: ("chunk", False), torch.split_with_sizes: ("split_with_sizes", False),
-    torch.unbind: ("unbind", False), F.pad: ("pad", False),
-    torch.roll: ("roll", False), torch.t: ("t", False),
-    F.hardtanh_: ("hardtanh", True),
-}
-"""fx ``call_function`` target -> (lowering name, in place)."""
-
-METHODS: dict[str, tuple[str, bool]] = {
-    **{n: (n, False) for n in ("matmul", "bmm", "mm", "softmax", "log_softmax", "clamp",
-                               "narrow", "unsqueeze", "squeeze", "split", "split_with_sizes",
-                               "chunk", "unbind", "expand", "expand_as", "roll", "t")},
-    "clip": ("clamp", False), "clamp_": ("clamp", True), "unsqueeze_": ("unsqueeze", True),
-}
-"""fx ``call_method`` name -> (lowering name, in place)."""
-
-MODULE_ATTRS: dict[type, tuple[str, tuple[str, ...]]] = {
-    nn.ReLU6: ("relu6", ("inplace",)), nn.Hardtanh: ("hardtanh", ("min_val", "max_val")),
-    nn.GELU: ("gelu", ("approximate",)), nn.SiLU: ("silu", ("inplace",)),
-    nn.Hardswish: ("hardswish", ("inplace",)), nn.Hardsigmoid: ("hardsigmoid", ("inplace",)),
-    nn.MaxPool2d: ("max_pool2d", ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
-                                  "return_indices")),
-    nn.AvgPool2d: ("avg_pool2d", ("kernel_size", "stride", "padding", "ceil_mode",
-                                  "count_include_pad", "divisor_override")),
-    nn.AdaptiveAvgPool2d: ("adaptive_avg_pool2d", ("output_size",)),
-    nn.Dropout: ("dropout", ("p", "training")), nn.Softmax: ("softmax", ("dim",)),
-    nn.LogSoftmax: ("log_softmax", ("dim",)),
-}
-"""leaf module type -> (lowering name, module attributes passed as keyword arguments)."""
-
-if tv_ops is not None:
-    FUNCTIONS[tv_ops.stochastic_depth] = ("stochastic_depth", False)
-    MODULE_ATTRS[tv_ops.StochasticDepth] = ("stochastic_depth", ("p", "mode", "training"))
-
-MODULES: dict[type, Callable] = {
-    nn.Conv2d: _m_conv2d, nn.Linear: _m_linear, nn.BatchNorm2d: _m_batch_norm,
-    nn.BatchNorm1d: _m_batch_norm, nn.LayerNorm: _m_layer_norm,
-    nn.MultiheadAttention: _m_mha,
-}
-"""leaf module type -> lowering ``fn(cx, module, *args, **kwargs)`` (modules with parameters)."""

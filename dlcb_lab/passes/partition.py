@@ -28,6 +28,9 @@ class Step:
     reads: tuple[str, ...]    # buffers read
     launches: int             # kernel launches per call (library: ATen calls)
     value_id: int = -1
+    why: str = ""
+    """An ``eager`` step (an ATen op DLCB does not lower, run by PyTorch): its target, source
+    line and the reason it runs eagerly."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,9 @@ class Partition(Rich):
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame([(s.index, s.kind, s.value, len(s.ops), " ".join(s.ops), s.launches)
-                             for s in self.steps],
-                            columns=["step", "kind", "value", "n_ops", "ops", "launches"])
+        return pd.DataFrame([(s.index, s.kind, s.value, len(s.ops), " ".join(s.ops), s.launches,
+                              s.why) for s in self.steps],
+                            columns=["step", "kind", "value", "n_ops", "ops", "launches", "why"])
 
     def __repr__(self) -> str:
         c = self.counts()
@@ -51,6 +54,8 @@ class Partition(Rich):
             ops = " ".join(s.ops)
             lines.append(f"  {s.index:>3} {s.kind:<9} %{s.value} <- {ops[:90]}"
                          f"{'...' if len(ops) > 90 else ''}")
+            if s.why:
+                lines.append(f"        {s.why}")
         return "\n".join(lines)
 
 
@@ -117,7 +122,9 @@ def steps(g: Graph) -> tuple[Step, ...]:
         n = v.producer
         if n is not None and n.op.kind is OpKind.LIBRARY:
             reads = tuple(g.view_chain(x)[0].name for x in n.tensor_inputs())
-            out.append(Step(len(out), "library", v.name, (n.op.name,), reads, 1, v.id))
+            why = f"{n.attrs['target']} at {n.where}: {n.attrs['reason']}" \
+                if n.op.name == "eager" else ""
+            out.append(Step(len(out), "library", v.name, (n.op.name,), reads, 1, v.id, why))
             continue
         ops = [x.producer.op.name for x in inlined(g, v, ids)] if n is not None else ["copy"]
         empty = prod(g.dims(v)).is_lit(0)

@@ -1,8 +1,9 @@
 """The op registry, split by family: ``core`` (``OpDef``, kinds, the dtype rule), ``elementwise``,
 ``shape`` (coordinate transforms and guarded selections), ``index`` (index-dependent reads), ``normalization`` (row-wise, one kernel each),
-``reduction`` (axis reductions and pools) and ``library`` (vendor-library ops). Importing the package registers every op."""
+``reduction`` (axis reductions and pools), ``library`` (vendor-library ops) and ``eager`` (an ATen op
+run by PyTorch: the bridge's fallback). Importing the package registers every op."""
 
-from . import elementwise, index, library, normalization, reduction, shape  # noqa: F401
+from . import eager, elementwise, index, library, normalization, reduction, shape  # noqa: F401
 from .core import (OPS, Coords, Guard, Guarded, OpDef, OpKind, Scalar, Window, delinearize,
                    in_bounds, infer_dtypes, is_scalar, linear_index, op_def, register)
 from .elementwise import broadcast_coords, broadcast_dims

@@ -160,6 +160,8 @@ def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
     if kind is OpKind.SELECT:   # pad keeps its dtype; cat promotes as torch.cat does
         out = functools.reduce(torch.promote_types, [x.dtype for x in tensors])
         return out, out
+    if node.op.name == "eager":   # the dtype torch.export derived
+        return node.attrs["dtype"], node.attrs["dtype"]
     if kind is OpKind.LIBRARY or node.op.floating:
         dts = {x.dtype for x in tensors}
         if len(dts) != 1 or not next(iter(dts)).is_floating_point:

@@ -1,0 +1,587 @@
+"""PyTorch bridge, lowering (paper §2.1): an exported ATen graph -> DLCB IR.
+
+One table, ``ATEN``, keyed by ATen overload packet (``aten.add`` serves ``add.Tensor`` and
+``add.Scalar``): the opset of ``torch.export``'s default IR, documented by PyTorch
+(native_functions.yaml), instead of the open set of torch functions, methods, operators and
+modules a tracer of Python meets. A node's ``args`` and ``kwargs`` are bound against the
+lowering's signature, which follows the ATen schema (``self`` -> ``input``); a mismatch or a value
+the lowering does not support raises ``UnsupportedOp``. In-place overloads (``relu_``,
+``add_``) are functionalized: later uses of the mutated value, and of its aliases, see the
+result. Sizes read with ``aten.sym_size`` are dimension expressions, so ``x.view(x.size(0), -1)``
+stays symbolic. Every error names the node, its ATen target and the user's source line; every
+unsupported node is listed in one error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from ..dims import lit
+from ..errors import DLError, DTypeError, ShapeError, UnsupportedOp
+from ..ir.graph import Graph, Value
+from ..ir.ops.eager import Operand
+from . import aten_ext
+from . import indexing
+from . import nn as nn_lowerings
+from . import tensor as tensor_lowerings
+from .capture import Captured, input_dims, is_symbolic, user_frame
+from .common import Cx, DimPredicate, tensor_arg, wrap_axis
+
+_L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS, **indexing.LOWERINGS}
+
+
+# --- ATen adapters: where an ATen schema differs from the torch signature a lowering follows --------
+
+def _a_to(cx, input, *args, dtype=None, layout=None, device=None, pin_memory=None,
+          non_blocking=False, copy=False, memory_format=None):
+    """``to.dtype``, ``to.dtype_layout``, ``to.device`` (same device only), ``to.other``,
+    ``_to_copy``: a dtype conversion."""
+    rest = list(args)   # the device is the backend's: a device argument is not a conversion
+    if rest and isinstance(rest[0], (torch.device, str)) and not isinstance(rest[0], bool):
+        rest.pop(0)   # to.device(self, device, dtype, non_blocking, copy, memory_format)
+    if rest and isinstance(rest[0], Value):
+        dtype = rest.pop(0).dtype   # to.other
+    elif rest and isinstance(rest[0], torch.dtype):
+        dtype = rest.pop(0)
+    flags = [a for a in rest if isinstance(a, bool)]
+    copy = flags[1] if len(flags) > 1 else copy
+    x = tensor_arg(input)
+    if layout not in (None, torch.strided):
+        raise UnsupportedOp(f"to(layout={layout}) (strided tensors only)")
+    tensor_lowerings.row_major(memory_format or torch.preserve_format)
+    dtype = dtype or x.dtype
+    return cx.apply("to", x, dtype=dtype) if copy else cx.cast(x, dtype)
+
+
+def _a_to_copy(cx, input, *, dtype=None, layout=None, device=None, pin_memory=None,
+               non_blocking=False, memory_format=None):
+    return _a_to(cx, input, dtype=dtype, layout=layout, device=device, copy=True,
+                 memory_format=memory_format)
+
+
+def _a_identity(cx, input, *args, **kwargs):
+    """``clone``, ``alias``, ``detach``, ``lift_fresh_copy``: the value (values are immutable in
+    the IR; an in-place op on it is functionalized)."""
+    return tensor_arg(input)
+
+
+def _a_expand(cx, input, size, *, implicit=False):
+    return _L["expand"](cx, input, tuple(size))
+
+
+def _a_view(cx, input, size):
+    if isinstance(size, torch.dtype):
+        raise UnsupportedOp("view(dtype) (a bit cast) is unsupported")
+    return _L["reshape"](cx, input, size)
+
+
+def _a_softmax(log: bool) -> Callable:
+    def lowering(cx, input, dim, dtype=None):
+        return _L["log_softmax" if log else "softmax"](cx, input, dim, dtype=dtype)
+    return lowering
+
+
+def _a_batch_norm(cx, input, weight, bias, running_mean, running_var, training, momentum, eps,
+                  cudnn_enabled=True):
+    return _L["batch_norm"](cx, input, running_mean, running_var, weight, bias, training,
+                            momentum, eps)
+
+
+def _a_layer_norm(cx, input, normalized_shape, weight=None, bias=None, eps=1e-5,
+                  cudnn_enable=True):
+    return _L["layer_norm"](cx, input, normalized_shape, weight, bias, eps)
+
+
+def _a_embedding(cx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return _L["embedding"](cx, indices, weight, None if padding_idx == -1 else padding_idx)
+
+
+def _a_slice(cx, input, dim=0, start=None, end=None, step=1):
+    x = tensor_arg(input)
+    return nn_lowerings.slice_axis(cx, x, wrap_axis(dim, x.rank), start, end, step)
+
+
+def _a_select(cx, input, dim, index):
+    x = tensor_arg(input)
+    a = wrap_axis(dim, x.rank)
+    return _L["getitem"](cx, x, (slice(None),) * a + (index,))
+
+
+def _a_unflatten(cx, input, dim, sizes):
+    """Axis ``dim`` split into ``sizes`` (one may be -1): a reshape."""
+    x = tensor_arg(input)
+    a = wrap_axis(dim, x.rank)
+    dims = list(cx.g.dims(x))
+    return _L["reshape"](cx, x, (*dims[:a], *sizes, *dims[a + 1:]))
+
+
+def _a_constant_pad_nd(cx, input, pad, value=0):
+    return _L["pad"](cx, input, pad, "constant", value)
+
+
+def _a_split(cx, input, split_size, dim=0):
+    return _L["split"](cx, input, split_size, dim)
+
+
+def _a_sum(cx, input, dim=None, keepdim=False, *, dtype=None):
+    return _L["sum"](cx, input, dim, keepdim, dtype=dtype)
+
+
+def _a_mean(cx, input, dim=None, keepdim=False, *, dtype=None):
+    return _L["mean"](cx, input, dim, keepdim, dtype=dtype)
+
+
+def _a_dropout(cx, input, p, train):
+    return _L["dropout"](cx, input, p, train)
+
+
+def _a_rsub(cx, input, other, alpha=1):
+    """``other - alpha * input`` (``2.0 - x``)."""
+    return _L["sub"](cx, other, input, alpha=alpha)
+
+
+def _a_reciprocal(cx, input):
+    """``1 / x`` (``1.0 / x``; integers promote to the default float dtype, as torch does)."""
+    return _L["div"](cx, 1.0, input)
+
+
+def _same(*names: str) -> dict[str, Callable]:
+    return {n: _L[n] for n in names}
+
+
+ATEN: dict[str, Callable] = {
+    **_same("relu", "neg", "abs", "exp", "sigmoid", "tanh", "logical_not", "log", "sqrt", "rsqrt",
+            "erf", "trunc", "mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+            "logical_and", "logical_or", "add", "sub", "div", "where", "bitwise_not",
+            "bitwise_and", "bitwise_or", "type_as", "reshape", "flatten", "permute",
+            "transpose", "amax", "contiguous",
+            "conv2d", "linear", "matmul", "bmm", "mm", "addmm",
+            "silu", "hardswish", "hardsigmoid", "relu6", "hardtanh", "gelu", "clamp",
+            "max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
+            "narrow", "cat", "stack", "unsqueeze", "squeeze", "split_with_sizes", "chunk",
+            "unbind", "pad", "expand_as", "roll", "t", "index_select", "gather"),
+    "true_divide": _L["div"], "clip": _L["clamp"], "concat": _L["cat"], "concatenate": _L["cat"],
+    "__and__": _L["bitwise_and"], "__or__": _L["bitwise_or"], "__invert__": _L["bitwise_not"],
+    "scaled_dot_product_attention": _L["sdpa"],
+    "to": _a_to, "_to_copy": _a_to_copy, "expand": _a_expand, "view": _a_view,
+    "_unsafe_view": _a_view, "softmax": _a_softmax(False), "log_softmax": _a_softmax(True),
+    "batch_norm": _a_batch_norm, "layer_norm": _a_layer_norm, "embedding": _a_embedding,
+    "slice": _a_slice, "select": _a_select, "unflatten": _a_unflatten, "constant_pad_nd": _a_constant_pad_nd,
+    "rsub": _a_rsub, "reciprocal": _a_reciprocal, "split": _a_split, "sum": _a_sum, "mean": _a_mean, "dropout": _a_dropout,
+    **{n: _a_identity for n in ("clone", "alias", "detach", "detach_", "lift_fresh_copy",
+                                "lift_fresh")},
+}
+"""ATen overload packet name -> lowering ``fn(cx, *args, **kwargs)`` in the ATen schema's order."""
+
+for _name, _fn in aten_ext.ATEN.items():
+    ATEN.setdefault(_name, _fn)
+
+_NO_OPS = {"_assert_tensor_metadata", "sym_constrain_range_for_size", "sym_constrain_range",
+           "_assert_async"}
+"""ATen nodes that compute nothing the compiled program needs (export's metadata checks)."""
+
+_SIZE_FNS = {"sym_size", "sym_numel"}
+_NEW_FACTORIES = {"new_zeros", "new_ones", "new_full", "new_empty"}
+_SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+               operator.neg, torch.sym_max, torch.sym_min}
+_SIZE_CMP = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+             operator.gt: ">", operator.ge: ">="}
+
+
+# --- what a node is ---------------------------------------------------------------------------------
+
+def _packet(n: fx.Node) -> str | None:
+    """The ATen packet name of a node's target (None for a non-ATen target)."""
+    t = n.target
+    if isinstance(t, torch._ops.OpOverload) and t.namespace == "aten":
+        return t.overloadpacket.__name__
+    return None
+
+
+def describe(n: fx.Node) -> str:
+    t = n.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"{t.namespace}.{t._opname}.{t._overloadname}"
+    return getattr(t, "__qualname__", None) or repr(t)
+
+
+def where(n: fx.Node) -> str:
+    """The user's source line of ``n`` (from export's stack trace), else the node's name."""
+    return user_frame(n.meta.get("stack_trace")) or n.name
+
+
+def lowering(n: fx.Node) -> tuple[Callable, bool] | None:
+    """(lowering, in place) of an ATen node, or None when DLCB has none."""
+    name = _packet(n)
+    if name is None:
+        return None
+    if name in ATEN:
+        return ATEN[name], False
+    if name.endswith("_") and not name.startswith("_") and name[:-1] in ATEN:
+        return ATEN[name[:-1]], True
+    return None
+
+
+def supported(n: fx.Node) -> bool:
+    """Whether ``n`` lowers (size arithmetic and tuple access always do)."""
+    if n.op != "call_function":
+        return True
+    if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP:
+        return True
+    name = _packet(n)
+    return name in _NO_OPS or name in _SIZE_FNS or name == "_assert_scalar" or \
+        lowering(n) is not None
+
+
+def unsupported_nodes(graph: fx.Graph, folded: set = frozenset()) -> list[str]:
+    """One line per node no lowering handles (``folded`` ones aside): the node, its ATen target
+    and source line."""
+    return [f"  '{n.name}': {describe(n)} at {where(n)}" for n in graph.nodes
+            if n not in folded and not supported(n)]
+
+
+def _fold(graph: fx.Graph, tensors: dict, inputs: set) -> dict:
+    """Nodes whose value depends on no user input, computed now by PyTorch on the parameters,
+    buffers and constants (``tensors``): masks and tables built from literal sizes, in-place
+    writes into them included (eager semantics, on tensors no caller sees). Not folded: random
+    ops, and in-place ops on a parameter or buffer (the module's own tensor)."""
+    live, out = set(inputs), {}
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        deps = list(n.all_input_nodes)
+        stand_in = {}
+        if _packet(n) in _NEW_FACTORIES and deps[:1] == [n.args[0]] and \
+                n.args[0] not in deps[1:]:   # x.new_zeros(size): x gives only dtype and device
+            val = n.args[0].meta.get("val")
+            if isinstance(val, torch.Tensor):
+                stand_in[n.args[0]] = torch.empty(0, dtype=val.dtype)
+                deps = deps[1:]
+        tags = getattr(n.target, "tags", ())
+        mutates_param = _mutates(n) and isinstance(n.args[0], fx.Node) and n.args[0] in tensors
+        if any(a in live or (a not in tensors and a not in out) for a in deps) or \
+                torch.Tag.nondeterministic_seeded in tags or mutates_param or not deps and \
+                not stand_in and _packet(n) is None:
+            live.add(n)
+            continue
+        args, kwargs = fx.node.map_arg((n.args, n.kwargs),
+                                       lambda a: stand_in.get(a, out.get(a, tensors.get(a))))
+        with torch.no_grad():
+            out[n] = n.target(*args, **kwargs)
+    return out
+
+
+# --- graph lowering --------------------------------------------------------------------------------
+
+def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
+    """Build a DLCB IR graph from a captured module: the user inputs (named as ``forward``'s
+    parameters, dims from the dynamic spec), then parameters, buffers and constants as graph
+    constants of static shape, created when first used. ``fallback``: a node without a lowering
+    (or whose lowering refuses its arguments) becomes an ``eager`` op, run by PyTorch; else one
+    ``UnsupportedOp`` lists every such node."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    ep = cap.program
+    g = Graph()
+    env: dict[fx.Node, Any] = {}
+    symbols: dict[Any, Any] = {}   # export's size symbols -> graph dims
+    nodes = {n.name: n for n in cap.graph.nodes if n.op == "placeholder"}
+    consts: dict[fx.Node, tuple[str, torch.Tensor]] = {}
+    user = 0
+    for s in ep.graph_signature.input_specs:
+        n = nodes[s.arg.name]
+        if s.kind is InputKind.USER_INPUT:
+            ex = cap.examples[user]
+            env[n] = g.input(cap.names[user], input_dims(ex, cap.spec.get(user, {})), ex.dtype)
+            for s_, d in zip(n.meta["val"].shape, g.dims(env[n])):
+                if is_symbolic(s_) and s_.node.expr.is_Symbol:
+                    symbols.setdefault(s_.node.expr, d)
+            user += 1
+        elif s.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            t = ep.state_dict[s.target] if s.target in ep.state_dict else ep.constants[s.target]
+            consts[n] = (s.target, t)
+        else:
+            raise UnsupportedOp(f"module input '{s.arg.name}' of kind {s.kind.name}")
+    _input_relations(g, cap, env, symbols)
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind is not OutputKind.USER_OUTPUT:
+            raise UnsupportedOp(f"the module mutates {spec.kind.name.lower().replace('_', ' ')} "
+                                f"'{spec.target}' (in training mode?): compiled modules are "
+                                f"functional")
+    folded = _fold(cap.graph, {n: t for n, (_, t) in consts.items()}, set(env))
+    bad = unsupported_nodes(cap.graph, set(folded))
+    if bad and not fallback:
+        raise UnsupportedOp(f"{len(bad)} ATen node{'s' * (len(bad) > 1)} not supported by DLCB "
+                            f"IR:\n" + "\n".join(bad))
+    for n, val in folded.items():   # tensors: graph constants on first use
+        if isinstance(val, torch.Tensor):
+            consts[n] = (n.name, val)
+        else:
+            env[n] = val
+    late = [p for p in cap.pins if p[2] > 1]   # pinned after the graph's own constraints
+    _pin(g, cap, [p for p in cap.pins if p[2] <= 1])   # before: ops read a 0 or 1 as torch did
+    for n in cap.graph.nodes:
+        if n.op == "placeholder" or n in folded:
+            continue
+        try:
+            try:
+                _lower_node(g, n, env, consts)
+            except UnsupportedOp as err:
+                if not fallback or n.op != "call_function" or _mutates(n):
+                    raise
+                env[n] = _eager(g, n, env, symbols, str(err.msg))
+        except DLError as err:
+            raise err.locate(describe(n), n.name, where(n)) from None
+    _pin(g, cap, late)
+    _ranges(g, cap, symbols)
+    return g
+
+
+def _input_relations(g: Graph, cap: Captured, env: dict, symbols: dict) -> None:
+    """What export knows of the inputs' sizes, as constraints: axes export found equal (one
+    symbol) and axes it derived (``2*s0``). Their ranges: ``_ranges``."""
+    where = "torch.export"
+    for n in cap.graph.nodes:
+        v = env.get(n)
+        if n.op != "placeholder" or not isinstance(v, Value):
+            continue
+        for k, (sz, d) in enumerate(zip(n.meta["val"].shape, g.dims(v))):
+            if not is_symbolic(sz) or symbols.get(sz.node.expr) is d:
+                continue
+            g.constrain(d, to_dim(sz, symbols, f"input '{v.name}' axis {k}"), where,
+                        f"input '{v.name}' axis {k} is {sz} in the traced program")
+
+
+def _ranges(g: Graph, cap: Captured, symbols: dict) -> None:
+    """Each export symbol's range as host checks, after the graph's own requirements (so a slice
+    out of its axis is reported as the slice, not as the range it implies)."""
+    from torch.utils._sympy.numbers import int_oo
+
+    where = "torch.export"
+    for sym, vr in cap.program.range_constraints.items():
+        d = symbols.get(sym)
+        if d is None:
+            continue
+        lo, hi = int(vr.lower), vr.upper
+        if lo > 0:
+            g.require(d - lo, where, f"{d!r} >= {lo}: the traced program holds for {sym} in "
+                      f"{vr} (a branch or check on the size)", "")
+        if hi is not int_oo and hi != float("inf"):
+            g.require(int(hi) - d, where, f"{d!r} <= {int(hi)}: the traced program holds for "
+                      f"{sym} in {vr}", "")
+
+
+def _pin(g: Graph, cap: Captured, pins) -> None:
+    """The axes export specialized, fixed to their example sizes."""
+    for i, k, size in pins:
+        g.constrain(g.dims(g.inputs[i])[k], lit(size), "torch.export",
+                    f"input {i} '{cap.names[i]}' axis {k}: the traced code specializes it (a "
+                    f"branch or check on its value)")
+
+
+def _mutates(n: fx.Node) -> bool:
+    """An in-place or out= overload: eager would write a buffer the compiled program owns."""
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value:
+    """``n`` as an ``eager`` op: its tensor arguments operands, the rest a template; its result
+    shape export's, in graph dims. A result whose size export could not derive from the inputs'
+    (data-dependent: ``nonzero``) or that is not one tensor stays an ``UnsupportedOp``."""
+    val = n.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise UnsupportedOp(f"{describe(n)} has no lowering and returns "
+                            f"{type(val).__name__}, not one tensor: it cannot run eagerly "
+                            f"between compiled ops ({reason})")
+    operands: list[Value] = []
+
+    def template(a: Any) -> Any:
+        if isinstance(a, fx.Node):
+            v = env.get(a)
+            if isinstance(v, Value):
+                operands.append(v)
+                return Operand(len(operands) - 1)
+            return v
+        if isinstance(a, (tuple, list)):
+            return type(a)(template(x) for x in a)
+        return a
+
+    args = template(tuple(n.args))
+    kwargs = tuple((k, template(v)) for k, v in n.kwargs.items())
+    out_shape = tuple(to_dim(s, symbols, describe(n)) for s in val.shape)
+    return g.apply("eager", *operands, name=n.name, where=where(n), target=describe(n),
+                   args=args, kwargs=kwargs, out_shape=out_shape, dtype=val.dtype,
+                   reason=reason.splitlines()[0])
+
+
+def to_dim(size: Any, symbols: dict, what: str) -> Any:
+    """A size export derived (an int, or a SymInt over the inputs' symbols) as a graph dim."""
+    import sympy
+
+    if not is_symbolic(size):
+        return lit(int(size))
+    expr = size.node.expr
+
+    def conv(e):
+        if e.is_Integer:
+            return lit(int(e))
+        if e.is_Symbol:
+            if e not in symbols:
+                raise UnsupportedOp(f"{what}: its result size {size} is data-dependent (no input "
+                                    f"dim determines it)")
+            return symbols[e]
+        if isinstance(e, sympy.Add):
+            return sum((conv(a) for a in e.args[1:]), conv(e.args[0]))
+        if isinstance(e, sympy.Mul):
+            return math.prod((conv(a) for a in e.args[1:]), start=conv(e.args[0]))
+        name = type(e).__name__
+        if name == "FloorDiv":
+            return conv(e.args[0]) // conv(e.args[1])
+        if name in ("Mod", "PythonMod"):
+            return conv(e.args[0]) % conv(e.args[1])
+        raise UnsupportedOp(f"{what}: result size {size} ({name}) has no DLCB dim form")
+    return conv(expr)
+
+
+def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
+    def value(a: fx.Node):
+        if a not in env and a in consts:   # a parameter, buffer or constant: on first use
+            name, t = consts[a]
+            env[a] = g.constant(name, t)
+        return env[a]
+
+    args, kwargs = fx.node.map_arg((n.args, n.kwargs), value)
+    if n.op == "output":
+        outs = list(args[0])
+        if not all(isinstance(o, Value) for o in outs):
+            raise UnsupportedOp("module outputs must be tensors, not "
+                                f"{[type(o).__name__ for o in outs]}")
+        g.set_outputs(outs)
+        return
+    if n.op != "call_function":
+        raise UnsupportedOp(f"{n.op} node {n.target!r}")
+    t, name = n.target, _packet(n)
+    if t is operator.getitem:
+        env[n] = args[0][args[1]]
+        return
+    if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
+        env[n] = t(*args)   # size arithmetic on dimension expressions
+        return
+    if t in _SIZE_CMP and not any(isinstance(a, Value) for a in args):
+        env[n] = DimPredicate.of(_SIZE_CMP[t], *args)
+        return
+    if name in _NO_OPS:
+        env[n] = None
+        return
+    cx = Cx(g, n.name, where(n))
+    if name == "sym_size":
+        dims = cx.g.dims(tensor_arg(args[0]))
+        env[n] = dims[wrap_axis(args[1], len(dims))]
+        return
+    if name == "sym_numel":
+        env[n] = math.prod(cx.g.dims(tensor_arg(args[0])), start=lit(1))
+        return
+    if name == "_assert_scalar":
+        cond = args[0]
+        if isinstance(cond, DimPredicate):
+            cond.impose(cx, f"torch.export runtime assertion: {args[1]}")
+        elif cond is False:
+            raise ShapeError(f"assertion fails: {args[1]}")
+        env[n] = None
+        return
+    hit = lowering(n)
+    if hit is None:
+        raise UnsupportedOp(f"{describe(n)}: no DLCB lowering")
+    fn, inplace = hit
+    out = call_lowering(cx, name, fn, args, kwargs)
+    if inplace:
+        out = _functionalize(g, n, env, args[0], out)
+    env[n] = out
+
+
+def call_lowering(cx: Cx, name: str, fn: Callable, args: tuple, kwargs: dict):
+    """``fn(cx, *args, **kwargs)`` with the arguments bound to its signature first (so a mismatch
+    is an ``UnsupportedOp`` naming the lowering)."""
+    kwargs = {("input" if k == "self" else k): v for k, v in kwargs.items()}
+    try:
+        bound = inspect.signature(fn).bind(cx, *args, **kwargs)
+    except TypeError as err:
+        raise UnsupportedOp(f"arguments {_show(args, kwargs)} do not fit "
+                            f"{name}{_signature(fn)}: {err}") from None
+    return fn(*bound.args, **bound.kwargs)
+
+
+def _functionalize(g: Graph, n: fx.Node, env: dict, target: Any, out: Value) -> Value:
+    """In-place op on ``target``: every node holding ``target`` now holds ``out`` (cast back to
+    ``target``'s dtype, as torch does). Refused where the write would be visible elsewhere: on a
+    module input, parameter or buffer (a placeholder), on a view (its base would change), or on
+    a tensor a view was taken of before the write (the view would change)."""
+    if not isinstance(target, Value):
+        raise UnsupportedOp("in-place op on a non-tensor")
+    if out is target:   # an identity (dropout_ in eval): nothing is written
+        return out
+    src = n.args[0] if isinstance(n.args[0], fx.Node) else None
+    if src is not None and src.op == "placeholder":
+        raise UnsupportedOp(f"in-place op mutates graph input '{target.name}' (the caller's "
+                            f"tensor, a parameter or a buffer); use the out-of-place form")
+    if src is not None and (_is_view(src) or any(
+            _is_view(u) for u in src.users if u is not n and _before(u, n))):
+        raise UnsupportedOp(f"in-place op on '{target.name}', which shares storage with a view; "
+                            f"use the out-of-place form")
+    if out.dtype != target.dtype:
+        if not torch.can_cast(out.dtype, target.dtype):
+            raise DTypeError(f"result type {out.dtype} can't be cast to the in-place operand's "
+                             f"dtype {target.dtype}")
+        out = g.apply("to", out, dtype=target.dtype, name=f"{n.name}_cast", where=where(n))
+    for k, v in env.items():
+        if v is target:
+            env[k] = out
+    return out
+
+
+def _is_view(n: fx.Node) -> bool:
+    """A node whose traced result aliases one of its tensor inputs (``slice``, ``view``,
+    ``expand``; ``to`` or ``reshape`` only where they returned a view)."""
+    schema = getattr(n.target, "_schema", None)
+    if schema is None or not schema.returns or schema.returns[0].alias_info is None or \
+            schema.is_mutable:
+        return False
+    val = n.meta.get("val")
+    ins = [a.meta.get("val") for a in n.all_input_nodes]
+    return not isinstance(val, torch.Tensor) or any(
+        isinstance(t, torch.Tensor) and torch._C._is_alias_of(val, t) for t in ins)
+
+
+def _before(a: fx.Node, b: fx.Node) -> bool:
+    node = a
+    while node is not None and node.op != "root":
+        if node is b:
+            return False
+        node = node.next
+    return True
+
+
+def _show(args: Sequence, kwargs: dict) -> str:
+    def one(a):
+        return f"%{a.name}" if isinstance(a, Value) else repr(a)
+    return ", ".join([*(one(a) for a in args), *(f"{k}={one(v)}" for k, v in kwargs.items())])
+
+
+def _signature(fn: Callable) -> str:
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    return "(" + ", ".join(str(p) for p in params) + ")"
+
+
+
+def to_ir(module: torch.nn.Module, examples: Sequence[Any], dynamic: Any = False) -> Graph:
+    """Capture and lower in one call (what ``dl.compile`` does before the passes)."""
+    from .capture import capture
+
+    return lower_to_ir(capture(module, examples, dynamic))

@@ -1,0 +1,255 @@
+"""The bridge: capture by torch.export, eager fallback between compiled ops, automatic shape
+generalization (``dynamic="auto"``), and HuggingFace transformers models (tiny configs, random
+weights) from one compile each, all against eager on several shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+
+import dlcb_lab as dl
+
+HERE = "test_bridge.py"
+
+
+class Erfcx(torch.nn.Module):
+    """An op DLCB does not lower (erfcx) between two compiled regions, with shapes crossing it."""
+
+    def forward(self, x):
+        y = torch.relu(x) + 1
+        z = torch.special.erfcx(y.tanh())
+        z = z.view(z.size(0), -1, 2)
+        return (z * 2).sum(-1)
+
+
+def test_unsupported_op_between_compiled_regions_runs_eagerly():
+    m = Erfcx()
+    cm = dl.compile(m, (torch.randn(3, 8),), dynamic={0: {0: "N"}}, backend="cpu")
+    for n in (1, 5, 9):
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(cm(x), m(x))
+    steps = [(s.op.name if hasattr(s, "op") else "kernel") for s in cm.pipeline.launch_plan.steps]
+    assert steps == ["kernel", "eager", "kernel"], steps
+    (node,) = [n for n in cm.pipeline.graph.nodes if n.op.name == "eager"]
+    assert node.attrs["target"] == "aten.special_erfcx.default"
+    assert "no DLCB lowering" in node.attrs["reason"] and HERE in node.where
+    (step,) = [s for s in cm.pipeline.partition.steps if s.why]
+    assert step.why.startswith("aten.special_erfcx.default at test_bridge.py:")
+    assert cm.stats()["compiles"] == 1
+
+
+def test_fallback_false_lists_every_unsupported_node():
+    with pytest.raises(dl.UnsupportedOp, match=r"(?s)1 ATen node not supported.*special_erfcx.*"
+                                                rf"{HERE}:\d+ in forward"):
+        dl.compile(Erfcx(), (torch.randn(3, 8),), dynamic={0: {0: "N"}}, backend="cpu",
+                   fallback=False)
+
+
+class Branch(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:   # a branch on a tensor value: torch.export cannot capture it
+            return x * 2
+        return x - 1
+
+
+def test_branch_on_a_tensor_value_is_a_capture_refusal():
+    with pytest.raises(dl.UnsupportedOp, match=r"torch.export cannot capture Branch"):
+        dl.compile(Branch(), (torch.randn(3, 4),), dynamic={0: {0: "N"}}, backend="cpu")
+
+
+def test_eager_error_is_a_located_shape_error():
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(5)
+    with pytest.raises(dl.ShapeError, match=rf"{HERE}:\d+ in forward.*torch rejects the "
+                                            rf"program: IndexError: Dimension out of range"):
+        dl.compile(Bad(), (torch.randn(2, 3),), backend="cpu")
+
+
+# --- dynamic="auto" ------------------------------------------------------------------------------
+
+def test_auto_traced_at_batch_one_serves_every_batch():
+    """A module traced at batch 1 (capture traces it at 2, size-obliviously) serves batch 1, 8
+    and 32 from one compile; channels stay literal, pinned by the weight."""
+    m = torchvision.models.resnet18(num_classes=10).eval()
+    cm = dl.compile(m, (torch.randn(1, 3, 32, 32),), dynamic="auto", backend="cpu")
+    rows = {r.axis: r for r in cm.pipeline.dims.of("x")}
+    assert [r.kind.value for r in rows.values()] == ["named", "literal", "named", "named"]
+    assert "conv2d" in rows[1].why and "input channels" in rows[1].why
+    for n, h in ((1, 32), (8, 40), (32, 32), (1, 40)):
+        x = torch.randn(n, 3, h, h)
+        torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-4)
+    assert cm.stats()["compiles"] == 1 and not cm.variants   # the general program serves 1
+
+
+def test_torch_compile_recompiles_where_dlcb_does_not():
+    """The same batch 1 -> 8 -> 32 sequence: Dynamo compiles a new graph after batch 1 (0/1
+    specialization); the DLCB module compiles nothing after ``dl.compile``."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    tc = torch.compile(m, backend=counting)
+    cm = dl.compile(m, (torch.randn(1, 8),), dynamic="auto", backend="cpu")
+    before = cm.stats()["compiles"]
+    with torch.no_grad():
+        for n in (1, 8, 32):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(cm(x), m(x))
+            tc(x)
+    torch._dynamo.reset()
+    assert len(graphs) >= 2
+    assert cm.stats()["compiles"] == before
+
+
+def test_auto_explains_an_export_specialization():
+    """torchvision's ViT asserts the image size: export specializes H and W, and the dims table
+    says so; the batch stays free."""
+    m = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=1,
+                                             num_heads=2, hidden_dim=16, mlp_dim=32).eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 32, 32),), dynamic="auto", backend="cpu",
+                    fallback=False)
+    rows = cm.pipeline.dims.of("x")
+    assert [r.kind.value for r in rows] == ["named", "literal", "literal", "literal"]
+    assert "torch.export" in rows[2].why and "specializes" in rows[2].why
+    for n in (1, 3):
+        x = torch.randn(n, 3, 32, 32)
+        torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(dl.ShapeMismatch):
+        cm(torch.randn(2, 3, 48, 48))
+
+
+def test_auto_matches_the_hand_annotated_dims():
+    m = torchvision.models.squeezenet1_1(num_classes=10).eval()
+    x = torch.randn(2, 3, 48, 48)
+    auto = dl.compile(m, (x,), dynamic="auto", backend="cpu")
+    hand = dl.compile(m, (x,), dynamic={0: {0: "N", 2: "H", 3: "W"}}, backend="cpu")
+    kinds = lambda cm: [r.kind for r in cm.pipeline.dims.of("x")]   # noqa: E731
+    assert kinds(auto) == kinds(hand)
+
+
+# --- HuggingFace transformers ---------------------------------------------------------------------
+
+transformers = pytest.importorskip("transformers")
+
+
+class Hidden(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _bert():
+    return transformers.BertModel(transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128))
+
+
+def _gpt2():
+    return transformers.GPT2Model(transformers.GPT2Config(
+        vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=128, bos_token_id=0,
+        eos_token_id=0))
+
+
+@pytest.mark.parametrize("make", [_bert, _gpt2], ids=["bert", "gpt2"])
+def test_transformer_one_compile_serves_batch_and_sequence(make):
+    torch.manual_seed(0)
+    m = Hidden(make().eval())
+    ids = torch.randint(0, 100, (2, 16))
+    cm = dl.compile(m, (ids, torch.ones_like(ids)), dynamic="auto", backend="cpu",
+                    fallback=False)
+    named = {r.axis: r.kind.value for r in cm.pipeline.dims.of("input_ids")}
+    assert named == {0: "named", 1: "named"}
+    for b, s in ((1, 8), (3, 32), (2, 100)):
+        ids = torch.randint(0, 100, (b, s))
+        mask = torch.ones_like(ids)
+        mask[0, -3:] = 0   # padding
+        with torch.no_grad():
+            want = m(ids, mask)
+        torch.testing.assert_close(cm(ids, mask), want, rtol=1e-4, atol=1e-5)
+    assert cm.stats()["compiles"] == 1
+
+
+# --- thunks: a new rank or dtype is compiled on first use, then reused ------------------------------
+
+def test_new_rank_is_a_cached_jit_thunk():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2).sum(-1)
+
+    m = M()
+    cm = dl.compile(m, (torch.randn(3, 8),), dynamic={0: {0: "N"}}, backend="cpu")
+    cm(torch.randn(5, 8))
+    assert cm.stats()["jit_builds"] == 0
+    for shape in ((2, 4, 8), (7, 3, 8)):   # rank 3: one JIT compile serves both
+        x = torch.randn(*shape)
+        torch.testing.assert_close(cm(x), m(x))
+    s = cm.stats()
+    assert s["jit_builds"] == 1 and s["compiles"] == 2
+    assert s["thunks"] == {"dynamic": 1, "jit": 2, "variant": 0}
+    with pytest.raises(dl.DTypeError):   # a dtype it was not compiled for: an error
+        cm(torch.randn(4, 8, dtype=torch.float64))
+    with pytest.raises(dl.ShapeMismatch):   # same signature, bad shape: an error, not a JIT
+        cm(torch.randn(5, 7))
+
+
+def test_size_one_dims_get_a_variant_not_a_recompile_per_shape():
+    """Two dims tied by broadcasting: at run time either may be 1 (torch broadcasts it); each
+    such pattern is one variant, compiled once, and the general program serves the rest."""
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return (x + y).relu()
+
+    m = Add()
+    cm = dl.compile(m, (torch.randn(3, 4), torch.randn(3, 4)),
+                    dynamic={0: {0: "N"}, 1: {0: "M"}}, backend="cpu")
+    for a, b in ((3, 3), (5, 1), (8, 1), (1, 6), (4, 4), (2, 1)):
+        x, y = torch.randn(a, 4), torch.randn(b, 4)
+        torch.testing.assert_close(cm(x, y), m(x, y))
+    s = cm.stats()
+    assert s["variants"] == 2 and s["compiles"] == 3, s   # (1, -) and (-, 1)
+    with pytest.raises(dl.ShapeMismatch):
+        cm(torch.randn(3, 4), torch.randn(2, 4))
+
+
+def test_branch_on_a_size_is_a_host_check():
+    """``if x.size(0) > 3`` traced the branch for sizes >= 4: a smaller size is refused, never
+    answered by the wrong branch."""
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.shape[0] > 3 else x
+
+    cm = dl.compile(Branch(), (torch.randn(5, 3),), dynamic={0: {0: "N"}}, backend="cpu")
+    x = torch.randn(9, 3)
+    torch.testing.assert_close(cm(x), x * 2)
+    with pytest.raises(dl.ShapeMismatch, match=r"N >= 4"):
+        cm(torch.randn(2, 3))
+
+
+# --- the zoo under dynamic="auto" ------------------------------------------------------------------
+
+def _auto_matches_declared(name: str) -> None:
+    """``dynamic="auto"`` frees exactly the axes the zoo's hand-written spec declares (the
+    declared ones the solve keeps free), and matches eager at the spec's test shapes."""
+    from dlcb_lab.bench import zoo
+
+    spec = zoo.MODELS[name]
+    cm = zoo.compile_model(name, "cpu", dynamic="auto")
+    free = {r.axis for r in cm.pipeline.dims.of("x") if r.kind.value != "literal"}
+    assert free == set(spec.dynamic[0]), (name, free, [r.why for r in cm.pipeline.dims.of("x")])
+    row = zoo.check_model(name, backend="cpu", cm=cm)
+    assert row["ok"] and row["compiles"] == 1, row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", __import__("dlcb_lab.bench.zoo", fromlist=["MODELS"]).MODELS)
+def test_zoo_under_auto(name):
+    _auto_matches_declared(name)
