@@ -5,15 +5,17 @@
     y = cm(x)     # or cm(x=x): called as the module's forward
     cm.pipeline   # .graph, .constraints, .solver_trace, .dims, .kernels, .host_program, .thunks
     dl.explore(module, example_inputs, dynamic=...)   # every stage in a notebook (cm.report())
+    cm.save("m.dlcb"); dl.load("m.dlcb")             # an artifact; no kernel builds on load
 """
 
 from .api import CompiledModule, compile
+from .artifact import load
 from .dims import Contradiction
-from .errors import (ArgumentError, BuildError, DeviceError, DLError, DTypeError, LayoutError,
-                     ShapeError, ShapeMismatch, SpecError, UnsupportedOp)
+from .errors import (ArgumentError, ArtifactError, BuildError, DeviceError, DLError, DTypeError,
+                     LayoutError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp)
 from .records import Kernel, Pipeline
 
-__all__ = ["compile", "explore", "CompiledModule", "Pipeline", "Kernel", "DLError", "ShapeError",
+__all__ = ["compile", "explore", "load", "ArtifactError", "CompiledModule", "Pipeline", "Kernel", "DLError", "ShapeError",
            "Contradiction", "ShapeMismatch", "UnsupportedOp", "DTypeError", "SpecError",
            "ArgumentError", "DeviceError", "LayoutError", "BuildError"]
 

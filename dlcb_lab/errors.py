@@ -74,3 +74,7 @@ class LayoutError(DLError, ValueError):
 class BuildError(DLError, RuntimeError):
     """Building generated code failed (NVRTC compile, numba module load): a bug in dlcb_lab's
     code generation or the toolchain, never in the user's program."""
+
+
+class ArtifactError(DLError, ValueError):
+    """A compiled-module artifact cannot be saved or loaded (corrupt, other version, refused)."""
