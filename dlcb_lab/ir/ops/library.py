@@ -14,7 +14,7 @@ from ...dims import Expr, Lit, Shape, shape
 from ...errors import ShapeError, UnsupportedOp
 from .core import OpDef, OpKind, register
 from .elementwise import broadcast_dims
-from .reduction import infer_pool, pool_extent
+from .reduction import infer_along, infer_pool, pool_extent
 
 if TYPE_CHECKING:
     from ..graph import Graph, Node
@@ -191,14 +191,6 @@ _library("max_pool2d_indices", infer_pool, _ref_pool_indices, _sample_pool_indic
 
 # --- cumsum over a long axis (floating dtypes; bridge: ``prefix_sum`` for short axes and ints) ---
 
-def _infer_same(g: "Graph", node: "Node") -> Shape:
-    (x,) = node.inputs
-    a = node.attrs["dim"]
-    if not 0 <= a < max(x.rank, 1):
-        raise ShapeError(f"cumsum axis {a} of a rank-{x.rank} tensor")
-    return shape(g.dims(x))
-
-
 def _ref_cumsum(x, dim):
     return torch.cumsum(x, dim)
 
@@ -207,7 +199,7 @@ def _sample_cumsum(n: int):
     return (torch.randn(n, 3, 5, generator=_rng(n)),), {"dim": 0}
 
 
-_library("cumsum", _infer_same, _ref_cumsum, _sample_cumsum)
+_library("cumsum", infer_along, _ref_cumsum, _sample_cumsum)
 
 
 # --- upsample (F.interpolate, nearest and bilinear, 4-D) ----------------------------------------

@@ -276,7 +276,8 @@ _register("adaptive_avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_adapt
 # count (a sum of the constant 1 in int64, whose loop compilers reduce to a multiplication).
 # Sums accumulate in double (floats) or int64, as eager's CPU cumsum does.
 
-def _infer_prefix(g: "Graph", node: "Node") -> Shape:
+def infer_along(g: "Graph", node: "Node") -> Shape:
+    """The input's shape, for an op along axis ``dim`` (cumsum): the axis checked."""
     (x,) = node.inputs
     a = node.attrs["dim"]
     if not 0 <= a < max(x.rank, 1):
@@ -310,5 +311,5 @@ def _sample_prefix(n: int) -> tuple[tuple, dict]:
 
 
 REDUCTIONS["prefix_sum"] = Reduction(Combine.SUM)
-register(OpDef("prefix_sum", OpKind.REDUCE, _infer_prefix, _reverse_prefix, _ref_prefix,
+register(OpDef("prefix_sum", OpKind.REDUCE, infer_along, _reverse_prefix, _ref_prefix,
                window=_window_prefix, sample=_sample_prefix))
