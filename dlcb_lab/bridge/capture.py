@@ -68,12 +68,6 @@ class Captured:
         return self.program.graph_module.graph
 
 
-def input_names(module: Any, n: int) -> list[str]:
-    """``forward``'s parameter names for ``n`` inputs, in order (positional, then keyword-only;
-    ``input{i}`` past a ``*args``)."""
-    return [name for name, _ in _parameters(module, n)]
-
-
 def _parameters(module: Any, n: int) -> list[tuple[str, bool]]:
     """(name, keyword-only) of ``forward``'s first ``n`` parameters; ``SpecError`` when ``n``
     examples cannot bind them."""
