@@ -554,7 +554,9 @@ def _pipeline_html(p: Pipeline) -> str:
         ("solver trace", plural(len(p.solver_trace), "rule application")),
         ("dims", _counts(p.dims.counts())),
         ("passes", ", ".join(f"{esc(r.name)} ({len(r.changes)})" for r in p.passes)),
-        ("partition", _counts(c)),
+        ("partition", _counts(c) + "".join(
+            f"<br>step {st.index} runs eagerly: {esc(st.why)}"
+            for st in (p.partition.steps if p.partition is not None else ()) if st.why)),
         ("kernels", ", ".join(kernel_link(k.name) for k in p.kernels[:12])
          + (f" and {len(p.kernels) - 12} more" if len(p.kernels) > 12 else "")),
         ("host program", f"{plural(len(p.host_program.instrs), 'instruction')}, "
