@@ -270,8 +270,11 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     pipe, builds = step("build", _make_thunk, pipe, backend, shapes if _static(g) else None)
     signature = CallSignature.of(getattr(module, "forward", module),
                                  [v.name for v in g.inputs[:len(examples)]])
+    pinned = {(i, k) for i, k, _ in cap.pins}   # a variant declares only the free axes
+    free = {i: {k: n for k, n in axes.items() if (i, k) not in pinned}
+            for i, axes in cap.spec.items()}
     cm = CompiledModule(pipe, signature, len(g.outputs) == 1, builds, consts,
-                        (module, backend, fallback, cap.spec, [tuple(x.shape) for x in examples]))
+                        (module, backend, fallback, free, [tuple(x.shape) for x in examples]))
     if cap.widened:   # traced at 1: the variant for the example, now
         try:
             cm._thunk(*examples, *consts)

@@ -83,6 +83,28 @@ def test_auto_traced_at_batch_one_serves_every_batch():
     assert cm.stats()["compiles"] == 1 and not cm.variants   # the general program serves 1
 
 
+def test_auto_at_batch_one_with_a_size_guard_runs_a_variant():
+    """Traced at batch 1 under ``auto``, a branch on the batch (``N > 1``) makes the general
+    program hold for N >= 2: batch 1 runs a variant compiled once, whose spec leaves out the
+    axes the weight pinned (channels: declaring them would be a ShapeError)."""
+    class Guarded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y * 2 if x.shape[0] > 1 else y
+
+    m = Guarded().eval()
+    cm = dl.compile(m, (torch.randn(1, 3, 8, 8),), dynamic="auto", backend="cpu")
+    assert cm.stats()["variants"] == 1   # compiled for the example, at compile time
+    for n in (1, 4, 1, 2):
+        x = torch.randn(n, 3, 8, 8)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cm.stats()["compiles"] == 2 and cm.stats()["thunks"]["variant"] == 2
+
+
 def test_torch_compile_recompiles_where_dlcb_does_not():
     """The same batch 1 -> 8 -> 32 sequence: Dynamo compiles a new graph after batch 1 (0/1
     specialization); the DLCB module compiles nothing after ``dl.compile``."""
@@ -253,3 +275,49 @@ def _auto_matches_declared(name: str) -> None:
 @pytest.mark.parametrize("name", __import__("dlcb_lab.bench.zoo", fromlist=["MODELS"]).MODELS)
 def test_zoo_under_auto(name):
     _auto_matches_declared(name)
+
+
+# --- logic on size predicates ----------------------------------------------------------------------
+
+class _Imposed:
+    """A stand-in for the lowering context: records what a predicate imposes."""
+
+    def __init__(self):
+        self.g, self.where, self.gaps, self.equal = self, "", [], []
+
+    def require(self, e, *_):
+        self.gaps.append(e)
+
+    def constrain(self, a, b, *_):
+        self.equal.append((a, b))
+
+    def holds(self, env) -> bool:
+        return all(e.evaluate(env) >= 0 for e in self.gaps) and \
+            all(a.evaluate(env) == b.evaluate(env) for a, b in self.equal)
+
+
+@pytest.mark.parametrize("a,b,c", [(a, b, c) for a in range(4) for b in range(4) for c in (1, 3)])
+def test_size_predicate_logic_imposes_exactly_the_predicate(a, b, c):
+    """export's assertions on unbacked sizes combine comparisons with ``|``, ``&`` and ``not``
+    (``Eq(s70, u0) | Eq(u0, 1)``): what the lowering imposes holds exactly where the predicate
+    does, on every (a, b, c) tried."""
+    from dlcb_lab.bridge.common import DimPredicate as P
+    from dlcb_lab.dims import var
+
+    A, B, C = var("A"), var("B"), var("C")
+    env = {"A": a, "B": b, "C": c}
+    cases = [
+        (P.either(P.of("==", A, B), P.of("==", A, 1)), a == b or a == 1),
+        (P.either(P.of("==", A, B), P.either(P.of("==", A, C), P.of("==", B, 2))),
+         a == b or a == c or b == 2),
+        (P.both(P.of(">=", A, 2), P.of("<=", B, C)), a >= 2 and b <= c),
+        (P.of("<", A, B).negate(), not a < b),
+        (P.either(False, P.of("==", A, 3)), a == 3),
+    ]
+    for pred, want in cases:
+        seen = _Imposed()
+        pred.impose(seen, "assertion")
+        assert seen.holds(env) == want, (pred, env)
+    assert P.either(True, P.of("==", A, B)) is True and P.both(False, P.of("==", A, B)) is False
+    with pytest.raises(dl.UnsupportedOp, match="only a disjunction of equalities"):
+        P.either(P.of("<", A, B), P.of("==", A, 1))

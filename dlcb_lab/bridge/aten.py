@@ -192,6 +192,9 @@ _SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, oper
                operator.neg, torch.sym_max, torch.sym_min}
 _SIZE_CMP = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
              operator.gt: ">", operator.ge: ">="}
+_SIZE_LOGIC = {operator.or_: DimPredicate.either, operator.and_: DimPredicate.both,
+               torch.sym_not: lambda p: p.negate() if isinstance(p, DimPredicate) else not p}
+"""Logic on size predicates (export's runtime assertions on unbacked sizes)."""
 
 
 # --- what a node is ---------------------------------------------------------------------------------
@@ -232,7 +235,8 @@ def supported(n: fx.Node) -> bool:
     """Whether ``n`` lowers (size arithmetic and tuple access always do)."""
     if n.op != "call_function":
         return True
-    if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP:
+    if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP or \
+            n.target in _SIZE_LOGIC:
         return True
     name = _packet(n)
     return name in _NO_OPS or name in _SIZE_FNS or name == "_assert_scalar" or \
@@ -476,6 +480,9 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
         return
     if t in _SIZE_CMP and not any(isinstance(a, Value) for a in args):
         env[n] = DimPredicate.of(_SIZE_CMP[t], *args)
+        return
+    if t in _SIZE_LOGIC and not any(isinstance(a, Value) for a in args):
+        env[n] = _SIZE_LOGIC[t](*args)
         return
     if name in _NO_OPS:
         env[n] = None

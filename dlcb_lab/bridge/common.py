@@ -145,9 +145,45 @@ class DimPredicate:
                     ">": lhs > rhs, ">=": lhs >= rhs}[op]
         return DimPredicate(op, as_expr(lhs), as_expr(rhs))
 
+    @staticmethod
+    def either(p: "DimPredicate | bool", q: "DimPredicate | bool") -> "DimPredicate | bool":
+        """``p | q`` (``operator.or_`` on size predicates, as export's broadcast assertions
+        write ``Eq(s0, u0) | Eq(u0, 1)``): a disjunction of equalities is one equality, the
+        product of the differences being 0."""
+        if p is True or q is True:
+            return True
+        if p is False or q is False:
+            return q if p is False else p
+        if p.op in ("==", "==0") and q.op in ("==", "==0"):
+            return DimPredicate("==0", (p.lhs - p.rhs) * (q.lhs - q.rhs), as_expr(0))
+        raise UnsupportedOp(f"size predicate ({p!r}) | ({q!r}): only a disjunction of equalities")
+
+    @staticmethod
+    def both(p: "DimPredicate | bool", q: "DimPredicate | bool") -> "DimPredicate | bool":
+        """``p & q``: both imposed."""
+        if p is False or q is False:
+            return False
+        if p is True or q is True:
+            return q if p is True else p
+        return DimPredicate("&", p, q)
+
+    def negate(self) -> "DimPredicate":
+        """``not p`` for a comparison."""
+        if self.op not in self._NEG:
+            raise UnsupportedOp(f"size predicate not ({self!r})")
+        return DimPredicate(self._NEG[self.op], self.lhs, self.rhs)
+
     def impose(self, cx: Cx, detail: str) -> None:
-        """Add the predicate to the graph: a constraint (``==``) or a requirement."""
+        """Add the predicate to the graph: a constraint (``==``) or a requirement (an inequality;
+        a disjunction of equalities ``d == 0`` as ``-d*d >= 0``, checked on the host)."""
         a, b = self.lhs, self.rhs
+        if self.op == "&":
+            a.impose(cx, detail)
+            b.impose(cx, detail)
+            return
+        if self.op == "==0":
+            cx.g.require(-(a * a), "_assert", detail, cx.where)
+            return
         if self.op == "==":
             cx.g.constrain(a, b, "_assert", detail, cx.where)
             return
@@ -161,4 +197,6 @@ class DimPredicate:
                             f"symbolic size)")
 
     def __repr__(self) -> str:
-        return f"{self.lhs!r} {self.op} {self.rhs!r}"
+        if self.op == "&":
+            return f"({self.lhs!r}) & ({self.rhs!r})"
+        return f"{self.lhs!r} == 0" if self.op == "==0" else f"{self.lhs!r} {self.op} {self.rhs!r}"
