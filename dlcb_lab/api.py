@@ -190,15 +190,19 @@ class CompiledModule(Rich):
         size-1 variant; never one per shape); ``kernel_builds``: kernel functions compiled
         (launch-time variants included), JIT thunks' and variants' included; ``calls``: thunk
         invocations that launched; ``thunks``: calls per thunk kind (``static``/``dynamic``;
-        ``jit``; ``variant``)."""
+        ``jit``; ``variant``); ``graphs``: CUDA-graph captures, replays and LRU evictions
+        (``runtime.graphs``; zeros on CPU)."""
         jit, var = list(self.jit.values()), [v for v in self.variants.values() if v is not None]
         calls = {self._thunk.kind: self._thunk.calls,
                  "jit": sum(c.stats()["calls"] for c in jit),
                  "variant": sum(c.stats()["calls"] for c in var)}
+        graphs = [c._thunk.graphs for c in [self, *jit, *var] if c._thunk.graphs is not None]
         return {"compiles": 1 + len(jit) + len(var),
                 "kernel_builds": self._kernel_builds + sum(c._kernel_builds for c in jit + var),
                 "jit_builds": len(jit), "variants": len(var), "calls": sum(calls.values()),
                 "thunks": calls,
+                "graphs": {k: sum(g.stats()[k] for g in graphs)
+                           for k in ("captures", "replays", "evictions")},
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
                 "compile_s": sum(self.pipeline.timings.values())}
 

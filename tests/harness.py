@@ -70,10 +70,11 @@ class Compiled:
 
 class Spy:
     """Wrap a thunk's launchers and ``torch.empty`` (as the thunk sees it) to count launches and
-    output allocations."""
+    output allocations. The thunk runs plain launches (a CUDA-graph replay launches nothing)."""
 
     def __init__(self, cm, monkeypatch):
         self.thunk = cm.pipeline.thunks[0]
+        monkeypatch.setattr(self.thunk, "graphs", None)
         self.launches = 0
         self.allocs = 0
 

@@ -136,9 +136,13 @@ def _export(module: nn.Module, examples: Sequence[torch.Tensor], params, spec: d
     from torch.export import Dim, export
 
     args, kwargs, shapes = [], {}, {}
+    home = next((t.device for t in (*module.parameters(), *module.buffers())), None) \
+        if isinstance(module, nn.Module) else None
     for i, ((name, kw_only), ex) in enumerate(zip(params, examples)):
         shape = [2 if (i, k) in widen else int(n) for k, n in enumerate(ex.shape)]
         t = ex.detach() if list(ex.shape) == shape else ex.new_zeros(shape)
+        if home is not None and t.device != home:   # traced where the parameters are: the
+            t = t.new_zeros(t.shape, device=home)   # compiled module keeps its own copies
         (kwargs.__setitem__(name, t) if kw_only else args.append(t))
         shapes[name] = {k: Dim.AUTO for k in spec.get(i, {})} or None
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")

@@ -76,6 +76,8 @@ class CudaLauncher:
 def check_index(t: torch.Tensor, extent: int, what: str) -> None:
     """Every value of index tensor ``t`` in ``[0, extent)``, before a kernel reads it as a
     coordinate (a device sync on CUDA)."""
-    if t.numel() and not (0 <= int(t.min()) and int(t.max()) < extent):
-        raise ShapeMismatch(f"{what}: index values in [{int(t.min())}, {int(t.max())}], "
-                            f"outside [0, {extent})")
+    if not t.numel():
+        return
+    lo, hi = torch.stack(torch.aminmax(t.reshape(-1))).tolist()   # one sync
+    if not (0 <= lo and hi < extent):
+        raise ShapeMismatch(f"{what}: index values in [{lo}, {hi}], outside [0, {extent})")

@@ -24,6 +24,7 @@ from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src,
 from ..hostgen.program import HostProgram, HostTrace
 from ..kgen.emit import NARROW
 from .args import check_inputs
+from .graphs import GraphCache, capacity_from_env
 from .launchers import NARROW_LIMIT, check_index
 
 
@@ -97,6 +98,10 @@ class Thunk(Rich):
         self._run_host = host.compile()
         self._narrow_ok = device == "cuda"
         self.calls = 0
+        cap = capacity_from_env() if device == "cuda" else 0
+        self.graphs = GraphCache(self, cap) if cap else None
+        """CUDA-graph replay per shape signature (``runtime.graphs``); None on CPU or with
+        ``DLCB_CUDA_GRAPHS=0``."""
 
     def _check_args(self, args: tuple) -> list[torch.Tensor]:
         """The call's tensors (``runtime.args.check_inputs``)."""
@@ -163,6 +168,17 @@ class Thunk(Rich):
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         tensors = self._check_args(args)
         r = self._registers(tensors)
+        out = self.graphs(tensors, r) if self.graphs is not None else None
+        if out is None:
+            out = self._run(tensors, r)
+        self.calls += 1
+        return out
+
+    def _run(self, tensors: list[torch.Tensor], r: Sequence[int], checks: bool = True,
+             at: list[int] | None = None) -> tuple[torch.Tensor, ...]:
+        """Plain launches of the plan for checked ``tensors`` and registers ``r``. ``checks``:
+        run the index checks (off while a CUDA graph is captured: ``runtime.graphs``); ``at``
+        collects the index of each step begun (a failed capture names its step)."""
         dev = tensors[0].device if tensors else torch.device(self.device)
         plan = self.plan
         bufs: list[torch.Tensor | None] = [None] * len(plan.buffers)
@@ -177,12 +193,14 @@ class Thunk(Rich):
                                                 device=dev)
             return t
 
-        for _, step, frees, shape, launch in self._walk(r):
+        for i, step, frees, shape, launch in self._walk(r):
+            if at is not None:
+                at.append(i)
             if launch is None:
                 bufs[step.out] = _library(step, [get(o) for o, _ in step.operands], r, shape)
             else:
                 launcher, n, v, var, narrow = launch
-                for o, reg, what in step.index_checks:
+                for o, reg, what in step.index_checks if checks else ():
                     check_index(get(o), r[reg], what)
                 out = bufs[step.out] = torch.empty(shape, dtype=plan.buffers[step.out].dtype,
                                                    device=dev)
@@ -191,7 +209,6 @@ class Thunk(Rich):
                              narrow)
             for j in frees:
                 bufs[j] = None
-        self.calls += 1
         return tuple(get(o) for o in plan.outputs)
 
     def __repr__(self) -> str:

@@ -1,0 +1,203 @@
+"""CUDA-graph replay (§2.3 thunks): a thunk's whole call, generated kernels and library calls,
+captured as one CUDA graph per input-shape signature and replayed.
+
+The host program resolves every shape and launch slot before any launch, so a call's launches are
+a function of its input shapes alone: one graph per shape signature serves every later call of
+those shapes. Per thunk, a ``GraphCache``:
+
+- **When**: the first call of a signature runs plain launches (the warm-up: cuBLAS/cuDNN handles,
+  lazy module loads, and every index check); the second captures and replays; later calls replay.
+- **Inputs**: copied into static buffers the graph was captured against (one device copy per user
+  input; the module's constants are captured in place: they never change).
+- **Outputs**: copied out of the graph's pool after each replay, so a result the caller keeps is
+  never overwritten by a later call (one device copy per output).
+- **Index checks** (values of an index tensor within its axis): on a tensor computed from the
+  module's constants and the shapes alone, the warm-up's check holds for every call of the
+  signature; on a user input, the check runs before each replay. An index tensor computed from
+  user input values cannot be checked inside a graph: such a thunk is not captured, and
+  ``refused`` says which step.
+- **Bounded**: an LRU of ``capacity`` graphs (``DLCB_CUDA_GRAPHS=N``; ``0`` turns replay off). The
+  graphs of one thunk share one memory pool (replays of one thunk are serialized on the caller's
+  stream, and outputs are copied out before the next replay).
+- **Fallback**: a capture that fails (an eager step that synchronizes or copies from host memory,
+  say) leaves the signature on plain launches; ``refused`` maps the signature to the reason,
+  naming the step. Later captures use a fresh pool and stream.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from ..hostgen.lower import KernelLaunch, LibraryCall, Src, _reads
+from .launchers import check_index
+
+if TYPE_CHECKING:
+    from .thunks import Thunk
+
+DEFAULT_CAPACITY = 8
+
+
+def capacity_from_env() -> int:
+    """``DLCB_CUDA_GRAPHS``: unset -> ``DEFAULT_CAPACITY``; ``0`` off; ``N`` an LRU of N graphs."""
+    v = os.environ.get("DLCB_CUDA_GRAPHS", "").strip()
+    if not v:
+        return DEFAULT_CAPACITY
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"DLCB_CUDA_GRAPHS={v!r}: expected a graph count (0 turns replay "
+                         f"off)") from None
+    return max(n, 0)
+
+
+class _Entry:
+    __slots__ = ("graph", "inputs", "outputs")
+
+    def __init__(self, graph, inputs, outputs):
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+
+
+class GraphCache:
+    """The CUDA graphs of one thunk, keyed by (device, user input shapes); see the module doc."""
+
+    def __init__(self, thunk: "Thunk", capacity: int = DEFAULT_CAPACITY):
+        self.thunk = thunk
+        self.capacity = capacity
+        self.graphs: OrderedDict[tuple, _Entry] = OrderedDict()
+        self.warm: set[tuple] = set()
+        self.refused: dict[tuple, str] = {}
+        self.captures = self.replays = self.evictions = 0
+        self._pool = None
+        self._stream = None
+        self._input_checks, why = _replay_checks(thunk)
+        if why is not None:
+            self.refused[()] = why   # every signature
+
+    def stats(self) -> dict[str, Any]:
+        return {"captures": self.captures, "replays": self.replays, "evictions": self.evictions,
+                "cached": len(self.graphs), "capacity": self.capacity,
+                "refused": dict(self.refused)}
+
+    def clear(self) -> None:
+        """Drop every graph (their memory returns to the pool)."""
+        self.graphs.clear()
+
+    def __call__(self, tensors: list[torch.Tensor], r: Sequence[int]
+                 ) -> tuple[torch.Tensor, ...] | None:
+        """The call's outputs by replay, or None: the caller runs plain launches (replay off, a
+        first call of this signature, a refused one, or a capture already in progress)."""
+        if self.capacity <= 0 or () in self.refused or torch.cuda.is_current_stream_capturing():
+            return None
+        n = self.thunk.n_user
+        key = (tensors[0].device.index if tensors else None,
+               *(tuple(t.shape) for t in tensors[:n]))
+        entry = self.graphs.get(key)
+        if entry is None:
+            if key in self.refused:
+                return None
+            if key not in self.warm:
+                self.warm.add(key)
+                return None
+            entry = self._capture(key, tensors, r)
+            if entry is None:
+                return None
+        else:
+            self.graphs.move_to_end(key)
+        for i, reg, what in self._input_checks:
+            check_index(tensors[i], r[reg], what)
+        for s, t in zip(entry.inputs, tensors[:n]):
+            s.copy_(t)
+        entry.graph.replay()
+        self.replays += 1
+        return tuple(o.clone() for o in entry.outputs)
+
+    def _capture(self, key: tuple, tensors: list[torch.Tensor], r: Sequence[int]
+                 ) -> _Entry | None:
+        dev = tensors[0].device if tensors else torch.device("cuda")
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+            self._stream = torch.cuda.Stream(dev)
+        n = self.thunk.n_user
+        static = [t.clone() for t in tensors[:n]]
+        graph = torch.cuda.CUDAGraph()
+        at: list[int] = []
+        self._stream.wait_stream(torch.cuda.current_stream(dev))
+        try:
+            with torch.cuda.stream(self._stream):
+                graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+                try:
+                    outs = self.thunk._run(static + list(tensors[n:]), r, checks=False, at=at)
+                finally:
+                    graph.capture_end()
+        except Exception as err:   # noqa: BLE001 - any capture failure falls back, named
+            step = self.thunk.plan.steps[at[-1]] if at else None
+            self.refused[key] = f"capture failed at {_step_name(at[-1], step)}: " \
+                                f"{type(err).__name__}: {str(err).splitlines()[0][:200]}" \
+                if step is not None else f"capture failed: {type(err).__name__}: {err}"
+            torch.cuda.current_stream(dev).wait_stream(self._stream)
+            _reset_capture_state(self._stream)
+            self._pool = self._stream = None
+            return None
+        torch.cuda.current_stream(dev).wait_stream(self._stream)
+        self.captures += 1
+        entry = self.graphs[key] = _Entry(graph, static, outs)
+        while len(self.graphs) > self.capacity:
+            self.graphs.popitem(last=False)
+            self.evictions += 1
+        return entry
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"GraphCache({s['cached']}/{s['capacity']} graphs, {s['captures']} captures, "
+                f"{s['replays']} replays, {s['evictions']} evictions"
+                + (f", refused {len(s['refused'])}" if s["refused"] else "") + ")")
+
+
+def _reset_capture_state(stream) -> None:
+    """After a failed capture, torch's CUDA generator still believes it is capturing (its capture
+    epilogue did not run), and every later random op on the device raises. One empty capture
+    runs the prologue and epilogue again and leaves it as before."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "The CUDA Graph is empty"
+        g.capture_begin(capture_error_mode="thread_local")
+        g.capture_end()
+    del g
+
+
+def _step_name(i: int, step) -> str:
+    if isinstance(step, LibraryCall):
+        return f"step {i} (library call {step.op.name})"
+    return f"step {i} (kernel {step.variants[0].name})"
+
+
+def _replay_checks(thunk: "Thunk") -> tuple[list[tuple[int, int, str]], str | None]:
+    """The index checks a replay must run (``(input position, extent register, what)``: those on
+    user inputs), or why no replay can check them: an index tensor computed from user input
+    values. Taint: user inputs carry their values; a buffer carries them when any step operand
+    it is computed from does; constants and shapes do not."""
+    plan, n = thunk.plan, thunk.n_user
+    tainted: set[int] = set()   # buffer positions
+
+    def carries(o) -> bool:
+        return o.index < n if o.src is Src.INPUT else o.index in tainted
+
+    checks: dict[tuple[int, int], str] = {}
+    for i, step in enumerate(plan.steps):
+        if any(carries(o) for o in _reads(step)):
+            tainted.add(step.out)
+        if not isinstance(step, KernelLaunch):
+            continue
+        for o, reg, what in step.index_checks:
+            if not carries(o):
+                continue   # a function of constants and shapes: the warm-up checked it
+            if o.src is not Src.INPUT:
+                return [], (f"{_step_name(i, step)}: {what} is computed from input values and "
+                            f"checked per call (a graph cannot check it)")
+            checks.setdefault((o.index, reg), what)
+    return [(i, reg, what) for (i, reg), what in checks.items()], None

@@ -1,0 +1,200 @@
+"""CUDA-graph replay per shape signature (``runtime.graphs``): captures, replays, eviction, fallback,
+a shape change between replays, outputs the caller keeps, inputs changed in place, index checks
+on replayed calls. Skipped without CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dlcb_lab as dl
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.conv(x).relu()
+        return self.fc(y.mean((2, 3))).softmax(-1)
+
+
+@pytest.fixture
+def net():
+    torch.manual_seed(0)
+    m = ConvNet().to(DEV).eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 16, 16, device=DEV),),
+                    dynamic={0: {0: "N", 2: "H", 3: "W"}}, backend="cuda")
+    return m, cm
+
+
+def _x(n, h=16, w=16):
+    return torch.randn(n, 3, h, w, device=DEV)
+
+
+def _check(m, cm, x):
+    with torch.no_grad():
+        want = m(x)
+    got = cm(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    return got
+
+
+def test_first_call_plain_second_captures_then_replays(net):
+    m, cm = net
+    x = _x(4)
+    for _ in range(4):
+        _check(m, cm, x)
+    g = cm.stats()["graphs"]
+    assert g == {"captures": 1, "replays": 3, "evictions": 0}, g
+    assert cm.stats()["calls"] == 4
+    assert cm.stats()["compiles"] == 1
+
+
+def test_shape_change_between_replays(net):
+    m, cm = net
+    shapes = [(2, 16, 16), (5, 8, 12), (2, 16, 16), (5, 8, 12), (1, 16, 16), (2, 16, 16),
+              (5, 8, 12), (1, 16, 16)]
+    for s in shapes:
+        _check(m, cm, _x(*s))
+    g = cm.stats()["graphs"]
+    assert g["captures"] == 3 and g["replays"] == 5 and g["evictions"] == 0, g
+    assert cm.stats()["compiles"] == 1 and cm.stats()["jit_builds"] == 0
+
+
+def test_outputs_kept_by_the_caller_are_not_overwritten(net):
+    m, cm = net
+    x1, x2 = _x(3), _x(3)
+    cm(x1), cm(x1)   # warm-up and capture
+    y1 = _check(m, cm, x1)
+    y2 = _check(m, cm, x2)     # same graph, other values
+    with torch.no_grad():
+        torch.testing.assert_close(y1, m(x1), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(y2, m(x2), rtol=1e-5, atol=1e-5)
+    assert y1.data_ptr() != y2.data_ptr()
+    assert cm.stats()["graphs"]["replays"] >= 3
+
+
+def test_inputs_changed_in_place_are_read_anew(net):
+    m, cm = net
+    x = _x(3)
+    cm(x), cm(x)
+    x.mul_(-2.0).add_(1.0)   # the caller's buffer changes; the graph reads its own copy
+    _check(m, cm, x)
+    x = x[:, :, ::2, ::2]    # and a non-contiguous input of a new shape
+    for _ in range(3):
+        _check(m, cm, x)
+
+
+def test_lru_eviction(net):
+    m, cm = net
+    cm._thunk.graphs.capacity = 2
+    for _ in range(2):
+        for n in (1, 2, 3):
+            _check(m, cm, _x(n))
+            _check(m, cm, _x(n))
+    g = cm.stats()["graphs"]
+    assert g["evictions"] >= 1 and len(cm._thunk.graphs.graphs) == 2, g
+
+
+def test_off_by_environment(monkeypatch):
+    monkeypatch.setenv("DLCB_CUDA_GRAPHS", "0")
+    m = ConvNet().to(DEV).eval()
+    cm = dl.compile(m, (_x(2),), dynamic={0: {0: "N"}}, backend="cuda")
+    for _ in range(3):
+        _check(m, cm, _x(2))
+    assert cm._thunk.graphs is None and cm.stats()["graphs"]["replays"] == 0
+    monkeypatch.setenv("DLCB_CUDA_GRAPHS", "many")
+    with pytest.raises(ValueError, match="DLCB_CUDA_GRAPHS='many'"):
+        dl.compile(m, (_x(2),), dynamic={0: {0: "N"}}, backend="cuda")
+
+
+class Embed(torch.nn.Module):
+    def __init__(self, shift=False):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.shift = shift
+
+    def forward(self, ids):
+        return self.emb(ids + 1 if self.shift else ids) * 2
+
+
+def test_index_check_on_an_input_runs_before_each_replay():
+    m = Embed().to(DEV)
+    ids = torch.randint(0, 10, (2, 5), device=DEV)
+    cm = dl.compile(m, (ids,), dynamic={0: {0: "B", 1: "S"}}, backend="cuda")
+    for _ in range(3):
+        torch.testing.assert_close(cm(ids), m(ids))
+    assert cm.stats()["graphs"]["replays"] >= 1
+    bad = ids.clone()
+    bad[1, 3] = 10
+    with pytest.raises(dl.ShapeMismatch, match=r"index values in \[\d+, 10\], outside \[0, 10\)"):
+        cm(bad)
+    torch.cuda.synchronize()   # no illegal access was launched
+
+
+def test_index_computed_from_input_values_is_refused_by_name():
+    """An index tensor computed from input values cannot be checked inside a graph: the thunk
+    stays on plain launches, which check it per call, and says which step."""
+    m = Embed(shift=True).to(DEV)
+    ids = torch.randint(0, 9, (2, 5), device=DEV)
+    cm = dl.compile(m, (ids,), dynamic={0: {0: "B"}}, backend="cuda")
+    for _ in range(3):
+        torch.testing.assert_close(cm(ids), m(ids))
+    why = cm._thunk.graphs.refused[()]
+    assert "computed from input values" in why and "step" in why, why
+    assert cm.stats()["graphs"]["replays"] == 0
+    with pytest.raises(dl.ShapeMismatch, match="outside"):
+        cm(torch.full((2, 5), 9, device=DEV))
+
+
+class Histogram(torch.nn.Module):
+    def forward(self, x):   # histc (an eager step) with min == max == 0 reads x's range first
+        return torch.histc(x.relu(), bins=4) + 1
+
+
+def test_capture_failure_falls_back_and_names_the_step():
+    m = Histogram()
+    x = torch.randn(64, device=DEV)
+    cm = dl.compile(m, (x,), dynamic={0: {0: "N"}}, backend="cuda")
+    for n in (64, 64, 64, 100, 100):
+        x = torch.randn(n, device=DEV)
+        torch.testing.assert_close(cm(x), m(x))
+    refused = cm._thunk.graphs.refused
+    assert cm.stats()["graphs"]["replays"] == 0
+    assert len(refused) == 2, refused   # each signature tried once
+    assert all(why.startswith("capture failed at step 1 (library call eager)")
+               for why in refused.values()), refused
+    torch.randn(8, device=DEV)   # the generator is not left capturing
+    torch.testing.assert_close(cm(x), m(x))
+
+
+def test_a_failed_capture_leaves_the_device_usable(net, monkeypatch):
+    """A capture that fails anyway (here a sync the warm-up did not see) falls back to plain
+    launches for its signature, names the step, and leaves torch's CUDA state as it was: random
+    ops and other captures still work."""
+    m, cm = net
+    x = _x(3)
+    cm(x)   # warm-up
+    real = cm._thunk._run
+
+    def syncing(tensors, r, checks=True, at=None):
+        out = real(tensors, r, checks, at)
+        out[0].sum().item()
+        return out
+
+    monkeypatch.setattr(cm._thunk, "_run", syncing)
+    _check(m, cm, x)
+    why = cm._thunk.graphs.refused[(x.device.index, tuple(x.shape))]
+    assert why.startswith("capture failed at step"), why
+    monkeypatch.undo()
+    torch.randn(8, device=DEV)   # the generator is not left capturing
+    y = _x(2)
+    for _ in range(3):
+        _check(m, cm, y)
+    assert cm.stats()["graphs"]["replays"] >= 1, cm._thunk.graphs.refused
