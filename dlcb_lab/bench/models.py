@@ -1,0 +1,693 @@
+"""Model benchmark: TorchVision models, BERT and GPT-2 under eager, CUDA graphs, torch.compile and
+DLCB; one (model, system) per process with empty caches; one long-form CSV.
+
+    python -m dlcb_lab.bench.models [--device cuda|cpu] [--models a,b] [--systems a,b]
+        [--batches 1,8,32] [--seqs 32,128,512 | --text-shapes 1x32,8x128] [--res 224] [--tiny]
+        [--reps 30] [--warmup 5] [--out data/bench] [--markdown] [--in-process]
+
+Models. TorchVision names of ``zoo.MODELS`` (``weights=None``, seed 0, eval; input
+``zoo.make_input(batch, (res, res))``; a fixed-resolution model such as ``vit_b_16`` always at
+its native resolution) and ``bert``, ``gpt2`` (``bridge.text_model``, random weights, seed 0,
+last hidden state; ``--tiny``: 2 layers, width 32; inputs ``(input_ids, attention_mask)``, ids
+uniform in [0, 1000), the last 3 positions of row 0 masked). Default ``DEFAULT_MODELS``.
+Shapes: images ``--batches`` at ``--res`` (224; ``TINY_RES`` with ``--tiny``); text
+``--batches`` x ``--seqs`` (batch outer) or the pairs ``--text-shapes``. They run in that
+order: "first shape" and "later shape" below refer to it. Shape i's input has seed 1 + i.
+
+Systems (``SYSTEMS``; ``CUDA_ONLY`` ones give skipped rows on cpu):
+  eager                     the module
+  eager-cudagraph           per shape: 3 eager calls on a side stream, torch.cuda.CUDAGraph
+                            capture (own pool), then replays; CUDA only
+  torch.compile-static      torch.compile(m, dynamic=False): Inductor recompiles per shape
+  torch.compile-dynamic     torch.compile(m, dynamic=True)
+  torch.compile-cudagraphs  torch.compile(m, mode="reduce-overhead"); CUDA only
+  dlcb-static               dl.compile(m, x, dynamic=False) per shape: one compile per shape
+  dlcb-dynamic              one dl.compile(m, x_first, dynamic="auto") for every shape
+torch.compile runs with ``recompile_limit = RECOMPILE_LIMIT`` (the default 8 would silently send
+a 9th shape to eager).
+
+Protocol. Each (model, system) runs in ``python -m dlcb_lab.bench.models --one ...`` with
+DLCB_CACHE_DIR (``zoo._cache_dir``), TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and
+NUMBA_CACHE_DIR set to new empty folders (``--in-process``: same folders, one process). All under
+``no_grad`` and ``zoo.fp32_math`` (TF32 off in cuBLAS and cuDNN) - timings too, so every system
+computes in fp32 and the check needs no flag flip (one would invalidate captured graphs and trip
+torch.compile's global-state guards); ``cudnn.benchmark`` as torch leaves it (off). A separately
+built eager copy computes the reference output of every shape first (so CUDA, cuBLAS and cuDNN
+are initialised before any system is timed), and is dropped. Then per shape: the system's setup
+for it (torch.compile wrapper, dl.compile or graph capture; none for eager), the first call,
+the check of its result, ``--warmup`` untimed calls, ``--reps`` timed calls, one peak-memory
+call. A failure is caught per shape (at the first shape: for all shapes) and a crashed, killed or
+timed-out process gives rows for the shapes it did not report.
+
+CSV (``models.csv``; ``COLUMNS``): model, system, batch, seq (text; empty for images), res
+(images; empty for text), metric, value, error (empty, or why the value is missing or suspect).
+Every (model, system, shape) cell has an ``ms`` row; its value is empty when the cell was not
+measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type>: <message>``,
+``process exited with <rc>: <stderr tail>``). Metrics of a measured cell:
+  ms             median of --reps calls: CUDA-event time around one call on cuda
+                 (``zoo._event_median_ms``, host launch gaps included), perf_counter on cpu
+  compile_s      first shape: wall s (synchronized) from the start of the setup to the first
+                 result: the cold compile (capture, lowering, kernel builds) plus the first call.
+                 eager: the first call alone
+  recompile_s    later shapes: the same window at that shape: dlcb-static its dl.compile,
+                 eager-cudagraph its capture, torch.compile the recompile inside the call,
+                 dlcb-dynamic and eager the call alone (so ~0)
+  first_call_ms  wall ms of the first call at the shape after its setup (torch.compile compiles
+                 inside the call: its compile is included)
+  max_rel_err    ``zoo.rel_error`` of that first result vs eager's (max |y - y_eager| / max
+                 |y_eager| over all outputs; inf on shape/dtype mismatch or non-finite values);
+                 ``error`` set when above ``zoo.GPU_TOL`` (cuda) / ``zoo.TOL`` (cpu)
+  peak_mb        cuda only: ``zoo.peak_mb`` of one call (peak allocated above what is resident
+                 before it, MiB). eager-cudagraph: over the shape's warmup + capture instead (a
+                 replay allocates nothing; the graph's pool is held from capture on);
+                 torch.compile-cudagraphs' replays likewise allocate in its held pool (reads low)
+  recompiles     cumulative, read after the cell's calls. torch.compile: Dynamo graphs compiled
+                 since the end of the first shape (``counters["stats"]["unique_graphs"]``
+                 difference; a graph break makes a recompile count twice); DLCB: sum of
+                 ``cm.stats()["compiles"]`` over its modules minus 1 (dlcb-dynamic: size-1
+                 variants + JIT signatures, 0 when one compile served all; dlcb-static: one per
+                 later shape, plus variants)
+  graphs, graph_breaks   torch.compile: ``unique_graphs``; sum of ``counters["graph_break"]``
+  variants, jit_builds, kernel_builds   DLCB: ``cm.stats()`` summed over its modules
+
+``env.json`` (``environment``): versions (python, torch, CUDA, cuDNN, torchvision,
+transformers, numpy, pandas, numba, dlcb-lab), GPU name, count, capability, memory, driver; CPU,
+core count, torch threads, OS (``platform.platform()``); ``commit`` (``git rev-parse HEAD``) and
+``dirty`` (tracked files modified); UTC time; the run's models, systems and ``Config``. No
+hostname.
+
+``summary(df)``: speedup ``eager ms / system ms`` per (model, batch, seq, res), one column per
+non-eager system of ``df`` (blank where it has no time), last row ``model == "geomean"``
+(geometric mean over the cells where the system has a time, so one with failed cells averages
+over fewer). ``--markdown`` prints it as
+a Markdown table, else as text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+import torch
+
+import dlcb_lab as dl
+from dlcb_lab.bench import bridge, zoo
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TEXT = ("bert", "gpt2")
+DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0",
+                  "squeezenet1_1", "convnext_tiny", "vit_b_16", *TEXT)
+SYSTEMS = ("eager", "eager-cudagraph", "torch.compile-static", "torch.compile-dynamic",
+           "torch.compile-cudagraphs", "dlcb-static", "dlcb-dynamic")
+CUDA_ONLY = {"eager-cudagraph": "CUDA graphs",
+             "torch.compile-cudagraphs": 'CUDA graphs (mode="reduce-overhead")'}
+COLUMNS = ["model", "system", "batch", "seq", "res", "metric", "value", "error"]
+RECOMPILE_LIMIT = 64
+TINY_RES = 64
+WARMUP_GRAPH = 3   # eager calls on a side stream before a CUDA graph capture
+
+Shape = tuple[int, "int | None", "int | None"]   # (batch, seq, res)
+
+
+@dataclass(frozen=True)
+class Config:
+    """What every (model, system) process runs; ``res`` None: 224, or ``TINY_RES`` if tiny;
+    ``text_shapes`` None: ``batches`` x ``seqs``."""
+
+    device: str = "cuda"
+    batches: tuple[int, ...] = (1, 8, 32)
+    seqs: tuple[int, ...] = (32, 128, 512)
+    text_shapes: tuple[tuple[int, int], ...] | None = None
+    res: int | None = None
+    tiny: bool = False
+    reps: int = 30
+    warmup: int = 5
+
+    @property
+    def cuda(self) -> bool:
+        return torch.device(self.device).type == "cuda"
+
+    def shapes(self, model: str) -> list[Shape]:
+        """The model's shapes in run order, as (batch, seq, res)."""
+        if model in TEXT:
+            pairs = self.text_shapes or [(b, s) for b in self.batches for s in self.seqs]
+            return [(int(b), int(s), None) for b, s in pairs]
+        spec = zoo.MODELS[model]
+        res = spec.native if spec.fixed_res else (self.res or (TINY_RES if self.tiny else 224))
+        return [(int(b), None, res) for b in self.batches]
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        d = dict(d, batches=tuple(d["batches"]), seqs=tuple(d["seqs"]))
+        if d.get("text_shapes") is not None:
+            d["text_shapes"] = tuple(tuple(p) for p in d["text_shapes"])
+        return cls(**d)
+
+
+def skip_reason(system: str, device: str) -> str:
+    """Why ``system`` cannot run on ``device`` ('' if it can)."""
+    if system in CUDA_ONLY and torch.device(device).type != "cuda":
+        return f"skipped: {system} needs CUDA ({CUDA_ONLY[system]}); device is {device}"
+    return ""
+
+
+# --- models and inputs ---------------------------------------------------------------------------
+
+def build(model: str, tiny: bool = False) -> torch.nn.Module:
+    """A fresh eval-mode module with seed-0 weights (on CPU)."""
+    if model in TEXT:
+        return zoo._seeded(lambda: bridge.text_model(model, tiny))()
+    return zoo.MODELS[model].build()
+
+
+def make_inputs(model: str, shape: Shape, device: str, seed: int) -> tuple[torch.Tensor, ...]:
+    """The call arguments at ``shape``: an image batch, or (input_ids, attention_mask)."""
+    batch, seq, res = shape
+    if model not in TEXT:
+        return (zoo.make_input(batch, (res, res), device, seed=seed),)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 1000, (batch, seq), generator=g)
+    mask = torch.ones_like(ids)
+    k = min(3, seq - 1)
+    if k > 0:
+        mask[0, -k:] = 0
+    return ids.to(device), mask.to(device)
+
+
+# --- systems -------------------------------------------------------------------------------------
+
+class _System:
+    """``setup(args)``: what the system does for a shape before its first call; returns the
+    call. ``counts()``: cumulative count metrics. ``setup_peak``: report ``peak_mb`` over the
+    setup and first call instead of over one call."""
+
+    setup_peak = False
+
+    def __init__(self, m: torch.nn.Module, device: str):
+        self.m, self.device = m, device
+
+    def setup(self, args: tuple) -> Callable[[], Any]:
+        return lambda: self.m(*args)
+
+    def counts(self) -> dict[str, float]:
+        return {}
+
+
+class _CudaGraph(_System):
+    setup_peak = True
+
+    def __init__(self, m, device):
+        super().__init__(m, device)
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, Any]] = []   # kept alive
+
+    def setup(self, args):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_GRAPH):
+                self.m(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = self.m(*args)
+        self.graphs.append((g, out))
+
+        def replay():
+            g.replay()
+            return out
+        return replay
+
+
+class _TorchCompile(_System):
+    def __init__(self, m, device, **kw):
+        super().__init__(m, device)
+        self.kw, self.fn, self.first = kw, None, None
+
+    def setup(self, args):
+        if self.fn is None:
+            self.fn = torch.compile(self.m, **self.kw)
+        return lambda: self.fn(*args)
+
+    def counts(self):
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]
+        if self.first is None:
+            self.first = graphs
+        return dict(recompiles=graphs - self.first, graphs=graphs,
+                    graph_breaks=sum(counters["graph_break"].values()))
+
+
+class _Dlcb(_System):
+    def __init__(self, m, device, dynamic):
+        super().__init__(m, device)
+        self.dynamic, self.cms = dynamic, []
+        self.backend = "cuda" if torch.device(device).type == "cuda" else "cpu"
+
+    def setup(self, args):
+        if self.dynamic is False or not self.cms:
+            self.cms.append(dl.compile(self.m, args, dynamic=self.dynamic, backend=self.backend))
+        cm = self.cms[-1]
+        return lambda: cm(*args)
+
+    def counts(self):
+        st = [cm.stats() for cm in self.cms]
+        tot = lambda k: sum(s.get(k, 0) for s in st)
+        return dict(recompiles=tot("compiles") - 1, variants=tot("variants"),
+                    jit_builds=tot("jit_builds"), kernel_builds=tot("kernel_builds"))
+
+
+def make_system(system: str, m: torch.nn.Module, device: str) -> _System:
+    makers = {
+        "eager": lambda: _System(m, device),
+        "eager-cudagraph": lambda: _CudaGraph(m, device),
+        "torch.compile-static": lambda: _TorchCompile(m, device, dynamic=False),
+        "torch.compile-dynamic": lambda: _TorchCompile(m, device, dynamic=True),
+        "torch.compile-cudagraphs": lambda: _TorchCompile(m, device, mode="reduce-overhead"),
+        "dlcb-static": lambda: _Dlcb(m, device, False),
+        "dlcb-dynamic": lambda: _Dlcb(m, device, "auto"),
+    }
+    if system not in makers:
+        raise ValueError(f"unknown system {system!r}; choose from {', '.join(SYSTEMS)}")
+    return makers[system]()
+
+
+# --- one (model, system) -------------------------------------------------------------------------
+
+def _wall_median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3
+
+
+def _label(shape: Shape) -> str:
+    b, s, r = shape
+    return f"{b}x{s}" if s is not None else f"{b}x{r}x{r}"
+
+
+def _row(model: str, system: str, shape: Shape, metric: str, value: Any,
+         error: str = "") -> dict[str, Any]:
+    b, s, r = shape
+    return dict(model=model, system=system, batch=b, seq=s, res=r, metric=metric,
+                value=math.nan if value is None else float(value), error=error)
+
+
+def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tuple,
+          want: Any, cfg: Config, stage: list[str]) -> list[dict[str, Any]]:
+    cuda, sync = cfg.cuda, (torch.cuda.synchronize if cfg.cuda else (lambda: None))
+    stage[0] = f"setup {_label(shape)}"
+    if cuda:
+        sync()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    fn = sysm.setup(args)
+    sync()
+    t1 = time.perf_counter()
+    stage[0] = f"first call {_label(shape)}"
+    y = fn()
+    sync()
+    t2 = time.perf_counter()
+    setup_mb = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else None
+    stage[0] = f"check {_label(shape)}"
+    err = zoo.rel_error(y, want)
+    del y
+    stage[0] = f"timing {_label(shape)}"
+    median = zoo._event_median_ms if cuda else _wall_median_ms
+    ms = median(fn, cfg.reps, cfg.warmup)
+    rows = [_row(model, system, shape, "ms", ms),
+            _row(model, system, shape, "compile_s" if i == 0 else "recompile_s", t2 - t0),
+            _row(model, system, shape, "first_call_ms", (t2 - t1) * 1e3)]
+    tol = zoo.GPU_TOL if cuda else zoo.TOL
+    rows.append(_row(model, system, shape, "max_rel_err", err,
+                     "" if err <= tol else f"max_rel_err {err:.3g} > tolerance {tol:g}"))
+    if cuda:
+        stage[0] = f"peak memory {_label(shape)}"
+        rows.append(_row(model, system, shape, "peak_mb",
+                         setup_mb if sysm.setup_peak else zoo.peak_mb(fn)))
+    rows += [_row(model, system, shape, k, v) for k, v in sysm.counts().items()]
+    return rows
+
+
+def run_one(model: str, system: str, cfg: Config,
+            sink: Callable[[list[dict]], None] | None = None) -> list[dict[str, Any]]:
+    """The rows of one (model, system) in this process (caches as they are: ``run`` gives each
+    call fresh ones). ``sink`` receives each cell's rows as soon as they exist."""
+    shapes = cfg.shapes(model)
+    rows: list[dict[str, Any]] = []
+
+    def emit(new: list[dict]) -> None:
+        rows.extend(new)
+        if sink:
+            sink(new)
+
+    def fail(shape: Shape, why: str) -> None:
+        emit([_row(model, system, shape, "ms", None, why)])
+
+    reason = skip_reason(system, cfg.device)
+    if reason:
+        for shape in shapes:
+            fail(shape, reason)
+        return rows
+    tc = system.startswith("torch.compile")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(zoo.fp32_math())
+        if tc:
+            from torch._dynamo.utils import counters
+
+            torch._dynamo.reset()
+            counters.clear()
+            stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
+            stack.callback(torch._dynamo.reset)
+        stage = ["build"]
+        try:
+            m = build(model, cfg.tiny).to(cfg.device)
+            stage[0] = "eager reference"
+            ref = build(model, cfg.tiny).to(cfg.device)
+            inputs = [make_inputs(model, s, cfg.device, seed=1 + i) for i, s in enumerate(shapes)]
+            wants = [ref(*x) for x in inputs]
+            if cfg.cuda:
+                torch.cuda.synchronize()
+            del ref
+            sysm = make_system(system, m, cfg.device)
+        except Exception as err:
+            why = f"{stage[0]}: {zoo._describe(err)}"
+            for shape in shapes:
+                fail(shape, why)
+            return rows
+        first_failed = ""
+        for i, (shape, args, want) in enumerate(zip(shapes, inputs, wants)):
+            if first_failed:
+                fail(shape, f"not run: the first shape failed ({first_failed})")
+                continue
+            try:
+                emit(_cell(model, system, sysm, i, shape, args, want, cfg, stage))
+            except Exception as err:
+                why = f"{stage[0]}: {zoo._describe(err)}"
+                fail(shape, why)
+                if i == 0:
+                    first_failed = why[:300]
+    return rows
+
+
+# --- many (model, system) ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def fresh_caches():
+    """New empty DLCB, Inductor, Triton and numba cache folders for the duration (environment
+    variables, inherited by child processes); yields the temporary root."""
+    with tempfile.TemporaryDirectory(prefix="dlcb_bench_") as root:
+        names = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+                 "NUMBA_CACHE_DIR": "numba"}
+        old = {k: os.environ.get(k) for k in names}
+        os.environ.update({k: os.path.join(root, sub) for k, sub in names.items()})
+        try:
+            with zoo._cache_dir(os.path.join(root, "dlcb")):
+                yield root
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _tail(path: Path, lines: int = 6, chars: int = 800) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    got = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(got)[-chars:]
+
+
+def _run_process(model: str, system: str, cfg: Config, timeout: float) -> list[dict[str, Any]]:
+    with fresh_caches() as root:
+        out, errf = Path(root) / "rows.jsonl", Path(root) / "stderr.txt"
+        job = json.dumps(dict(model=model, system=system, rows=str(out), config=asdict(cfg)))
+        cmd = [sys.executable, "-m", "dlcb_lab.bench.models", "--one", job]
+        with open(errf, "w") as fe:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe,
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=timeout)
+                why = f"process exited with {rc}" if rc else ""
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)   # its own session: it and its workers
+                proc.wait()
+                why = f"process killed after the {timeout:g} s timeout"
+        got = [json.loads(ln) for ln in out.read_text().splitlines()] if out.exists() else []
+        if why:
+            why = f"{why}: {_tail(errf)}"
+            done = {(r["batch"], r["seq"], r["res"]) for r in got if r["metric"] == "ms"}
+            got += [_row(model, system, s, "ms", None, why) for s in cfg.shapes(model)
+                    if s not in done]
+        return got
+
+
+def frame(rows: Iterable[dict[str, Any]]) -> "pd.DataFrame":
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows), columns=COLUMNS)
+    df = df.astype({"batch": "Int64", "seq": "Int64", "res": "Int64", "value": "float64"})
+    df["error"] = df["error"].fillna("").astype(str)
+    return df
+
+
+def run(models: Sequence[str], systems: Sequence[str] = SYSTEMS, cfg: Config = Config(),
+        isolate: bool = True, timeout: float = 3600.0,
+        log: Callable[[str], None] | None = None) -> "pd.DataFrame":
+    """Every (model, system) with fresh caches: in its own process (``isolate``) or in this one;
+    the rows as a DataFrame with ``COLUMNS``."""
+    unknown = [m for m in models if m not in zoo.MODELS and m not in TEXT]
+    if unknown:
+        raise ValueError(f"unknown models {unknown}: zoo.MODELS names or {', '.join(TEXT)}")
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    rows: list[dict[str, Any]] = []
+    for model in models:
+        for system in systems:
+            t0 = time.perf_counter()
+            if skip_reason(system, cfg.device):
+                got = run_one(model, system, cfg)
+            elif isolate:
+                got = _run_process(model, system, cfg, timeout)
+            else:
+                with fresh_caches():
+                    got = run_one(model, system, cfg)
+            rows += got
+            if log:
+                errs = sorted({r["error"][:160] for r in got if r["error"]})
+                log(f"{model} {system}: {time.perf_counter() - t0:.1f} s"
+                    + (f"; {' / '.join(errs)}" if errs else ""))
+    return frame(rows)
+
+
+# --- summary, environment ------------------------------------------------------------------------
+
+def summary(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Speedup ``eager ms / system ms`` per cell (one column per non-eager system, in
+    ``SYSTEMS`` order), and a last row ``model == "geomean"``: per system, the geometric mean
+    over the cells where it has a time."""
+    import numpy as np
+    import pandas as pd
+
+    keys = [k for k in ("model", "batch", "seq", "res") if k in df.columns]
+    ms = df[(df["metric"] == "ms") & df["value"].notna()]
+    nums = [k for k in keys if k != "model"]
+    ms = ms.assign(**{k: ms[k].astype("Int64").fillna(-1) for k in nums})   # NA keys survive
+    t = ms.pivot_table(index=keys, columns="system", values="value", aggfunc="first")
+    t = t.reindex(columns=list(dict.fromkeys([*t.columns, *df["system"]])))   # untimed: blank
+    seen = {m: i for i, m in enumerate(dict.fromkeys(ms["model"]))}   # models in run order
+    t = t.sort_index(key=lambda ix: ix.map(seen) if ix.name == "model" else ix)
+    if "eager" not in t.columns:
+        raise ValueError("summary needs the eager system's ms rows")
+    order = [s for s in SYSTEMS if s in t.columns and s != "eager"] + \
+        sorted(s for s in t.columns if s not in SYSTEMS)
+    sp = t[order].rdiv(t["eager"], axis=0)
+    geo = {s: float(np.exp(np.log(sp[s].dropna()).mean())) if sp[s].notna().any() else math.nan
+           for s in order}
+    out = sp.reset_index()
+    out.columns.name = None
+    out = pd.concat([out, pd.DataFrame([dict(model="geomean", **geo)])], ignore_index=True)
+    for k in nums:
+        out[k] = out[k].astype("Int64").mask(out[k] == -1)
+    return out
+
+
+def to_markdown(df: "pd.DataFrame") -> str:
+    """A Markdown pipe table (``df.to_markdown`` when ``tabulate`` is installed); floats to 3
+    significant digits, missing values blank."""
+    try:
+        return df.to_markdown(index=False, floatfmt=".3g")
+    except ImportError:
+        pass
+    import pandas as pd
+
+    def fmt(v: Any) -> str:
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            return ""
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _cmd(*cmd: str, cwd: str | None = None) -> str | None:
+    try:
+        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def _cpu_name() -> str:
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                return ln.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def environment(cfg: Config | None = None, models: Sequence[str] = (),
+                systems: Sequence[str] = ()) -> dict[str, Any]:
+    """The run's environment as JSON-able data (see the module docstring); no hostname."""
+    import importlib.metadata as md
+
+    def ver(pkg: str) -> str | None:
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    repo = str(Path(__file__).resolve().parents[2])
+    commit = _cmd("git", "rev-parse", "HEAD", cwd=repo)
+    status = _cmd("git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no",
+                  cwd=repo) if commit else None
+    try:
+        cudnn = torch.backends.cudnn.version()
+    except Exception:
+        cudnn = None
+    env: dict[str, Any] = dict(
+        python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda,
+        cudnn=cudnn, torchvision=ver("torchvision"), transformers=ver("transformers"),
+        numpy=ver("numpy"), pandas=ver("pandas"), numba=ver("numba"), dlcb_lab=ver("dlcb-lab"),
+        gpu=None, gpu_count=0, gpu_capability=None, gpu_memory_gib=None, driver=None,
+        cpu=_cpu_name(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
+        os=platform.platform(), commit=commit, dirty=None if status is None else bool(status),
+        utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        fp32_math=True, recompile_limit=RECOMPILE_LIMIT,
+        models=list(models), systems=list(systems), config=asdict(cfg) if cfg else None)
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        drv = _cmd("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+        env.update(gpu=p.name, gpu_count=torch.cuda.device_count(),
+                   gpu_capability=f"{p.major}.{p.minor}",
+                   gpu_memory_gib=round(p.total_memory / 2**30, 1),
+                   driver=drv.splitlines()[0].strip() if drv else None)
+    return env
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+def _child(job: str) -> int:
+    j = json.loads(job)
+    with open(j["rows"], "a") as f:
+        def sink(rows):
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+            f.flush()
+        run_one(j["model"], j["system"], Config.from_dict(j["config"]), sink)
+    return 0
+
+
+def _ints(s: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in s.split(",") if x.strip())
+
+
+def _names(s: str | None, default: Sequence[str]) -> list[str]:
+    return list(default) if s in (None, "", "all") else [x.strip() for x in s.split(",")
+                                                          if x.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dlcb_lab.bench.models",
+                                 description=__doc__.split("\n\n")[0],
+                                 epilog="Columns and metrics: see the module docstring "
+                                        "(python -c 'import dlcb_lab.bench.models as m; "
+                                        "help(m)').")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--models", help=f"comma-separated (default {','.join(DEFAULT_MODELS)})")
+    ap.add_argument("--systems", help=f"comma-separated (default {','.join(SYSTEMS)})")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--seqs", default="32,128,512", help="text: sequence lengths x --batches")
+    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128,32x512")
+    ap.add_argument("--res", type=int, help=f"image side (default 224; --tiny {TINY_RES})")
+    ap.add_argument("--tiny", action="store_true", help="tiny transformer configs, small images")
+    ap.add_argument("--reps", type=int, default=30, help="timed calls per cell")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before them")
+    ap.add_argument("--out", default="data/bench", help="folder for models.csv and env.json")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as Markdown")
+    ap.add_argument("--in-process", action="store_true",
+                    help="no subprocess per (model, system) (caches still fresh; debugging)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="s per (model, system)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.one:
+        return _child(a.one)
+    pairs = None
+    if a.text_shapes:
+        pairs = tuple(tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(","))
+    cfg = Config(device=a.device, batches=_ints(a.batches), seqs=_ints(a.seqs),
+                 text_shapes=pairs, res=a.res, tiny=a.tiny, reps=a.reps, warmup=a.warmup)
+    if cfg.cuda and not torch.cuda.is_available():
+        ap.error("--device cuda but torch sees no CUDA device")
+    models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)
+    log = lambda s: print(s, file=sys.stderr, flush=True)
+    try:
+        df = run(models, systems, cfg, isolate=not a.in_process, timeout=a.timeout, log=log)
+    except ValueError as err:
+        ap.error(str(err))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "models.csv", index=False)
+    (out / "env.json").write_text(json.dumps(environment(cfg, models, systems), indent=1) + "\n")
+    log(f"wrote {out / 'models.csv'} ({len(df)} rows) and {out / 'env.json'}")
+    if "eager" in set(df["system"]) and df[df["system"] == "eager"]["value"].notna().any():
+        s = summary(df)
+        print(to_markdown(s) if a.markdown else s.to_string(index=False))
+    else:
+        print("no eager times: no speedup summary")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,154 @@
+"""``python -m dlcb_lab.bench.models`` on CPU: a tiny ResNet-18 and a tiny BERT under eager,
+dlcb-dynamic and dlcb-static (real models, real compiles, fresh caches), the long-form CSV's
+columns and metrics, errors against eager, one DLCB compile for every shape, skipped CUDA-only
+systems, failures as rows, the environment JSON, the CLI through its per-process path, and the
+geometric means of ``summary``."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+
+import pandas as pd
+import pytest
+
+from dlcb_lab.bench import models as bm
+
+CFG = bm.Config(device="cpu", batches=(1, 2), text_shapes=((1, 8), (2, 16)), res=32, tiny=True,
+                reps=2, warmup=1)
+SYSTEMS = ("eager", "dlcb-dynamic", "dlcb-static")
+SHAPES = {"resnet18": [(1, None, 32), (2, None, 32)], "bert": [(1, 8, None), (2, 16, None)]}
+DLCB_COUNTS = {"recompiles", "variants", "jit_builds", "kernel_builds"}
+
+
+@pytest.fixture(scope="module")
+def df() -> pd.DataFrame:
+    return bm.run(["resnet18", "bert"], SYSTEMS, CFG, isolate=False)
+
+
+def _cells(df: pd.DataFrame):
+    for (model, system, b, s, r), g in df.groupby(["model", "system", "batch", "seq", "res"],
+                                                  dropna=False):
+        yield model, system, (int(b), None if pd.isna(s) else int(s),
+                              None if pd.isna(r) else int(r)), g
+
+
+def test_columns_shapes_and_metrics(df):
+    assert list(df.columns) == bm.COLUMNS
+    assert (df["error"] == "").all(), df[df["error"] != ""].to_string()
+    assert df["value"].notna().all()
+    for model, shapes in SHAPES.items():
+        for system in SYSTEMS:
+            got = df[(df.model == model) & (df.system == system) & (df.metric == "ms")]
+            assert [(int(b), None if pd.isna(s) else int(s), None if pd.isna(r) else int(r))
+                    for b, s, r in zip(got.batch, got.seq, got.res)] == shapes
+    for _, system, shape, g in _cells(df):
+        first = shape in (SHAPES["resnet18"][0], SHAPES["bert"][0])
+        want = {"ms", "first_call_ms", "max_rel_err", "compile_s" if first else "recompile_s"}
+        if system.startswith("dlcb"):
+            want |= DLCB_COUNTS
+        assert set(g.metric) == want, (system, shape)   # no peak_mb on cpu
+        assert len(g) == len(want)
+    t = df[df.metric.isin(["ms", "compile_s", "recompile_s", "first_call_ms"])]
+    assert (t.value > 0).all()
+
+
+def test_every_row_checked_against_eager(df):
+    err = df[df.metric == "max_rel_err"]
+    assert len(err) == len(SYSTEMS) * 4
+    assert (err.value <= 1e-4).all(), err.to_string()
+    assert (err[err.system == "eager"].value == 0).all()   # a second seed-0 copy: same weights
+
+
+def test_dlcb_dynamic_one_compile_for_every_shape(df):
+    dyn = df[df.system == "dlcb-dynamic"]
+    for metric in ("recompiles", "variants", "jit_builds"):
+        assert (dyn[dyn.metric == metric].value == 0).all(), metric
+    for model in SHAPES:
+        d = dyn[dyn.model == model]
+        builds = d[d.metric == "kernel_builds"].value
+        assert builds.nunique() == 1 and builds.iloc[0] > 0   # no kernel built after compile
+        (cold,) = d[d.metric == "compile_s"].value
+        (later,) = d[d.metric == "recompile_s"].value
+        assert later < cold / 2, (model, cold, later)
+        st = df[(df.system == "dlcb-static") & (df.model == model) & (df.metric == "recompiles")]
+        assert list(st.value) == [0, 1]   # one dl.compile per shape
+
+
+def test_cuda_only_system_on_cpu_is_a_skipped_row_with_its_reason():
+    rows = bm.run_one("resnet18", "eager-cudagraph", CFG)
+    assert [(r["batch"], r["metric"]) for r in rows] == [(1, "ms"), (2, "ms")]
+    for r in rows:
+        assert math.isnan(r["value"])
+        assert r["error"].startswith("skipped: eager-cudagraph needs CUDA")
+    (r,) = bm.run_one("bert", "torch.compile-cudagraphs", bm.Config(device="cpu", tiny=True,
+                                                                     text_shapes=((1, 8),)))
+    assert "reduce-overhead" in r["error"] and math.isnan(r["value"])
+
+
+def test_failure_is_rows_with_the_error_not_a_crash():
+    """BERT's position table has 512 entries: a 600-token call fails in eager already."""
+    cfg = bm.Config(device="cpu", tiny=True, text_shapes=((1, 600), (2, 600)), reps=1, warmup=0)
+    rows = bm.run_one("bert", "dlcb-dynamic", cfg)
+    assert [(r["seq"], r["metric"]) for r in rows] == [(600, "ms"), (600, "ms")]
+    assert all(math.isnan(r["value"]) for r in rows)
+    assert all(r["error"].startswith("eager reference: ") for r in rows), rows[0]["error"]
+
+
+ENV_KEYS = {"python", "torch", "cuda", "cudnn", "torchvision", "transformers", "pandas",
+            "dlcb_lab", "gpu", "gpu_count", "driver", "cpu", "cpu_count", "torch_threads", "os",
+            "commit", "dirty", "utc", "fp32_math", "models", "systems", "config"}
+
+
+def test_environment_json():
+    env = bm.environment(CFG, ["resnet18"], ["eager"])
+    assert ENV_KEYS <= set(env)
+    assert env["config"]["device"] == "cpu" and env["models"] == ["resnet18"]
+    assert bm.Config.from_dict(json.loads(json.dumps(env["config"]))) == CFG   # what --one gets
+    assert env["commit"] is None or len(env["commit"]) == 40
+    text = json.dumps(env)
+    host = platform.node()
+    assert not host or host not in text
+
+
+def test_cli_runs_each_system_in_its_own_process(tmp_path, capsys):
+    rc = bm.main(["--device", "cpu", "--tiny", "--models", "resnet18",
+                  "--systems", "eager,eager-cudagraph", "--batches", "1", "--res", "32",
+                  "--reps", "2", "--warmup", "1", "--out", str(tmp_path), "--markdown"])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "models.csv", keep_default_na=False, na_values={"value": [""]})
+    assert list(df.columns) == bm.COLUMNS
+    eager = df[df.system == "eager"].set_index("metric").value
+    assert {"ms", "compile_s", "first_call_ms", "max_rel_err"} == set(eager.index)
+    assert eager["max_rel_err"] == 0 and eager["ms"] > 0
+    (skip,) = df[df.system == "eager-cudagraph"].itertuples()
+    assert skip.metric == "ms" and skip.error.startswith("skipped:")
+    assert ENV_KEYS <= set(json.loads((tmp_path / "env.json").read_text()))
+    lines = capsys.readouterr().out.splitlines()   # the summary: eager-cudagraph untimed
+    assert lines[0] == "| model | batch | seq | res | eager-cudagraph |"
+    assert lines[2] == "| resnet18 | 1 |  | 32 |  |" and lines[3].startswith("| geomean |")
+
+
+def test_summary_geomean_by_hand():
+    rows = []
+    for model, b, s, r, times in [("a", 1, None, 32, {"eager": 2.0, "x": 1.0, "y": 4.0}),
+                                  ("a", 8, None, 32, {"eager": 4.0, "x": 1.0}),
+                                  ("t", 1, 16, None, {"eager": 3.0, "x": 3.0, "y": 1.0})]:
+        for system, ms in times.items():
+            rows.append(dict(model=model, system=system, batch=b, seq=s, res=r, metric="ms",
+                             value=ms, error=""))
+            rows.append(dict(model=model, system=system, batch=b, seq=s, res=r,
+                             metric="compile_s", value=99.0, error=""))
+    rows.append(dict(model="t", system="y", batch=8, seq=16, res=None, metric="ms",
+                     value=math.nan, error="skipped: no eager, no time"))
+    s = bm.summary(bm.frame(rows))
+    assert list(s.columns) == ["model", "batch", "seq", "res", "x", "y"]
+    assert list(s.model) == ["a", "a", "t", "geomean"]
+    assert list(s.x[:3]) == [2.0, 4.0, 1.0] and s.y[1] != s.y[1] and list(s.y[[0, 2]]) == [0.5, 3]
+    assert s.x.iloc[-1] == pytest.approx(8 ** (1 / 3))   # (2 * 4 * 1) ** (1/3)
+    assert s.y.iloc[-1] == pytest.approx(1.5 ** 0.5)     # over its two timed cells
+    assert pd.isna(s.seq[0]) and s.seq[2] == 16 and pd.isna(s.res[2])
+    md = bm.to_markdown(s)
+    assert md.splitlines()[0] == "| model | batch | seq | res | x | y |"
+    assert len(md.splitlines()) == 2 + len(s)
