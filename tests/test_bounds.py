@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlcb_lab.dims import FloorDiv, Lit, Mod, as_expr, lit, shape, var
-from dlcb_lab.dims.bounds import in_range, lower, nonneg, simplify, upper
+from dlcb_lab.dims.bounds import in_range, lower, nonneg, positive, simplify, upper
 
 # Names are global per process: this file uses the ``tb_`` prefix only.
 C0, C1, C2 = var("tb_c0", 2), var("tb_c1", 2), var("tb_c2", 2)   # coordinates
@@ -217,3 +217,179 @@ def test_recombine_random(t, d, k, rest, tb1):
         for c0, c1 in itertools.product(range(3), range(b1.evaluate(env))):
             env["tb_c0"], env["tb_c1"] = c0, c1
             assert s.evaluate(env) == e.evaluate(env)
+
+
+# --- symbolic divisors ----------------------------------------------------------------------------
+
+def test_positive_divisors_come_from_the_bounds():
+    """A coordinate ``0 <= c < b`` exists only where ``b >= 1``: each bound, and each factor of a
+    monomial bound, is a witness ``>= 1``; nothing else over runtime dims is assumed positive."""
+    b = {"tb_c0": N * W * 4}
+    assert positive(N, b) and positive(W, b) and positive(N * W, b) and positive(4 * W, b)
+    assert positive(W + H, b) and positive(H + 1, {}) and positive(lit(1), {})
+    assert not positive(H, b) and not positive(N, {}) and not positive(lit(0), b)
+    assert not positive(W - 1, b) and not positive(C0, b)          # W may be 1; a coordinate
+    assert positive(N, {"tb_c0": N - 1}) and not positive(N - 1, {"tb_c0": N})
+    assert positive((N + 1) // 2, {"tb_c0": N}) and not positive(N // 2, {"tb_c0": N})
+    assert positive(N, {"tb_c0": H, "tb_c1": N * H}) and positive(W, {"tb_c0": W - H})
+    assert not positive(W, {"tb_c0": H - W})
+
+
+def test_symbolic_remainder_and_quotient_bounds():
+    b = {"tb_c0": N * W}
+    assert upper(C0 % W, b) is W - 1 and lower(C0 % W, b) is lit(0)
+    assert upper(C0 % W, {"tb_c0": N}) is None       # W may be 0 there: no bound
+    assert lower(C0 % W, {"tb_c0": N}) is None
+    assert upper(C0 // W, {"tb_c0": H * W}) is H - 1  # (H*W - 1) // W is H + (-1) // W
+    assert lower((C0 - 1) // W, {"tb_c0": H * W}) is lit(-1)
+    assert upper(C0 // W, {"tb_c0": N}) is None
+    assert in_range(C0 // W, H, {"tb_c0": H * W}) and in_range(C0 % W, W, b)
+
+
+def test_symbolic_in_range():
+    b = {"tb_c0": W, "tb_c1": N * W}
+    assert simplify(C0 // W, b) is lit(0) and simplify(C0 % W, b) is C0
+    assert simplify((C1 % W) // W, b) is lit(0) and simplify((C1 % W) % W, b) is C1 % W
+    assert simplify((C1 // W) % N, b) is C1 // W
+    assert has_divmod(simplify((C1 % W) // W, {"tb_c1": N}))          # W may be 0: kept
+    assert simplify(C0 // (W + 1), b) is lit(0) and simplify(C0 % (W + 1), b) is C0
+    assert has_divmod(simplify(C0 // (W - 1), {"tb_c0": W}))          # C0 may reach W - 1
+
+
+def test_quotient_form_is_canonical():
+    """``d*(x // d)`` and ``x - x % d`` are one value; the quotient form is kept (one term,
+    provably non-negative), the remainder form only where it has fewer terms."""
+    b = {"tb_c0": N * W, "tb_c1": lit(7)}
+    q = W * (C0 // W)
+    assert simplify(C0 - C0 % W, b) is q and simplify(q, b) is q and nonneg(q)
+    assert simplify(q - C0, b) is -(C0 % W)
+    assert simplify(q + C0 % W, b) is C0
+    x = C0 + 3 * C1
+    assert simplify(x - x % W + 1, b) is W * (x // W) + 1
+    assert simplify(C0 - C0 % W, {"tb_c0": N}) is C0 - C0 % W         # W may be 0: kept
+    assert simplify(2 * C0 - C0 % W, b) is 2 * C0 - C0 % W            # no fewer terms: kept
+
+
+def test_recombine_digits_symbolic():
+    """``a*((x // a) % b) + x % a -> x % (a*b)``: two digits of ``x`` are one remainder."""
+    b = {"tb_c0": N * H * W}
+    assert simplify(W * ((C0 // W) % H) + C0 % W, b) is C0 % (H * W)
+    assert simplify(2 * W * ((C0 // W) % H) + 2 * (C0 % W) + N, b) is 2 * (C0 % (H * W)) + N
+    assert simplify(4 * ((C0 // 4) % W) + C0 % 4, {"tb_c0": N * W * 4}) is C0 % (4 * W)
+    # three digits: the reshape [N*H*W] -> [N, H, W] and back
+    flat = H * W * (C0 // (H * W)) + W * ((C0 // W) % H) + C0 % W
+    assert simplify(flat, b) is C0
+    # kept: W, H may be 0; mismatched coefficients; both literal (see _r_recombine_mod)
+    e = W * ((C0 // W) % H) + C0 % W
+    assert simplify(e, {"tb_c0": N}) is e
+    e = 2 * W * ((C0 // W) % H) + C0 % W
+    assert simplify(e, b) is e
+    e = 4 * ((C0 // 4) % 3) + C0 % 4
+    assert simplify(e, {"tb_c0": lit(50)}) is e
+
+
+def test_div_of_div_symbolic():
+    b = {"tb_c0": N * H * W}
+    assert simplify((C0 // W) // H, b) is C0 // (H * W)
+    assert simplify((C0 // W + 1) // H, b) is (C0 + W) // (H * W)
+    assert simplify((C0 // 4) // 3, {"tb_c0": lit(50)}) is C0 // 12
+    e = (C0 // W) // H
+    assert simplify(e, {"tb_c0": N}) is e
+
+
+def test_drop_small_symbolic():
+    """``(g*x + s) // (g*d) -> x // d`` and ``% -> g*(x % d) + s`` for ``0 <= s < g``, with ``g``
+    a literal or a monomial over runtime dims."""
+    b = {"tb_c0": H * W, "tb_c1": lit(4)}
+    assert simplify((4 * C0 + C1) // (4 * W), b) is C0 // W
+    assert simplify((4 * C0 + C1) % (4 * W), b) is 4 * (C0 % W) + C1
+    b = {"tb_c0": lit(5), "tb_c1": H * W}
+    assert simplify((H * W * C0 + C1) // (2 * H * W), b) is C0 // 2
+    assert simplify((H * W * C0 + C1) % (2 * H * W), b) is H * W * (C0 % 2) + C1
+    assert simplify((W * C0) // (W * H), {"tb_c0": N, "tb_c1": H * W}) is C0 // H
+    # kept: s may reach g; g may be 0
+    e = (4 * C0 + C1) // (4 * W)
+    assert simplify(e, {"tb_c0": H * W, "tb_c1": lit(5)}) is e
+    e = (H * W * C0 + C1) // (2 * H * W)
+    assert simplify(e, {"tb_c0": lit(5), "tb_c1": N}) is e
+
+
+def test_channel_shuffle_symbolic():
+    """ShuffleNet's channel shuffle on a ``[N, 4, H, W]`` tensor (``view(N, 2, 2, H, W)``,
+    ``transpose(1, 2)``, ``reshape``) followed by ``permute(0, 2, 3, 1).reshape(N, H*W, 4)``:
+    the input offset, as kgen composes it, needs no ``//``/``%`` beyond the output coordinates'."""
+    b = {"tb_c0": N, "tb_c1": H * W, "tb_c2": lit(4)}
+    nhwc = 4 * C1 + C2                                    # (h*W + w)*4 + c
+    h, w, c = (nhwc // (4 * W)) % H, (nhwc // 4) % W, nhwc % 4
+    ch = (c % 2) * 2 + c // 2                             # the shuffled channel
+    src = ((C0 * 4 + ch) * H + h) * W + w
+    got = simplify(src, b)
+    assert got is C0 * 4 * H * W + (2 * C2 - 3 * (C2 // 2)) * H * W + C1
+    for n, hh, ww in [(1, 1, 1), (2, 2, 3), (1, 3, 2)]:
+        env = {"tb_n": n, "tb_h": hh, "tb_w": ww}
+        for c0, c1, c2 in itertools.product(range(n), range(hh * ww), range(4)):
+            env.update(tb_c0=c0, tb_c1=c1, tb_c2=c2)
+            assert got.evaluate(env) == src.evaluate(env)
+
+
+# random soundness of the symbolic-divisor rules: every pattern the rules target, over random
+# divisors (literal, runtime dims, products, sums, quotients), coordinates whose bounds may or may
+# not witness the divisors positive, and every dim value from 1 up (divisor 1, coordinate 0)
+
+SYM_DIMS = {"N": N, "W": W, "H": H}
+sym_divisors = st.one_of(
+    st.integers(1, 4).map(lit), st.sampled_from(list(SYM_DIMS.values())),
+    st.sampled_from([N * W, H * W, W + 1, (H + 1) // 2, 2 * W]))
+sym_bounds = st.one_of(
+    st.integers(1, 6).map(lit),
+    st.sampled_from([N, W, H * W, N * W * H, 4 * H * W, W + 1, N - 1 + W, (H + 1) // 2 * W]))
+SYM_DIM_VALUES = [(1, 1, 1), (1, 2, 3), (2, 1, 2), (3, 3, 1), (2, 3, 2)]
+
+
+def _sym_pattern(kind, a, d, k, x, y):
+    """The rule shapes: ``a``, ``d`` divisors, ``k`` a coefficient, ``x``, ``y`` index
+    expressions over the coordinates."""
+    return {
+        "mod_bound": (x % a) // a + (x % a) % (a + d) + (x // a) % d,
+        "quotient": a * (x // a) - x + (x - x % a) * k + y,
+        "digits": k * a * ((x // a) % d) + k * (x % a) + y,
+        "digits3": a * d * (x // (a * d)) + a * ((x // a) % d) + x % a,
+        "div_of_div": (x // a) // d + (x // a + y) // d,
+        "drop_small": (a * x * k + y) // (a * d) + (a * x * k + y) % (a * d),
+        "in_range": y // a + y % a + x // (a * d) + x % (a * d),
+    }[kind]
+
+
+@SETTINGS
+@given(st.sampled_from(["mod_bound", "quotient", "digits", "digits3", "div_of_div",
+                        "drop_small", "in_range"]),
+       sym_divisors, sym_divisors, st.integers(-2, 3).filter(bool), sym_bounds, sym_bounds,
+       st.sampled_from(["c0", "c0+c1", "2*c0+1", "c0-c1"]), st.sampled_from(["c1", "0", "c1+1"]))
+def test_symbolic_divisor_rules_preserve_value(kind, a, d, k, tb0, tb1, tx, ty):
+    x = {"c0": C0, "c0+c1": C0 + C1, "2*c0+1": 2 * C0 + 1, "c0-c1": C0 - C1}[tx]
+    y = {"c1": C1, "0": lit(0), "c1+1": C1 + 1}[ty]
+    e = _sym_pattern(kind, a, d, k, x, y)
+    b = {"tb_c0": tb0, "tb_c1": tb1}
+    s = simplify(e, b)
+    assert s.free_vars <= e.free_vars
+    for n, w, h in SYM_DIM_VALUES:
+        env = {"tb_n": n, "tb_w": w, "tb_h": h}
+        for c0, c1 in itertools.product(range(tb0.evaluate(env)), range(tb1.evaluate(env))):
+            env["tb_c0"], env["tb_c1"] = c0, c1
+            assert s.evaluate(env) == e.evaluate(env), (e, s, env)
+
+
+@SETTINGS
+@given(sym_divisors, sym_divisors, sym_bounds, st.integers(0, 3))
+def test_symbolic_extremes_are_sound(a, d, tb0, shift):
+    """``upper``/``lower`` of remainders and quotients by symbolic divisors bound every value."""
+    b = {"tb_c0": tb0}
+    for e in (C0 % a, (C0 - shift) // a, (C0 // a) % d, (C0 % a) * d + C0 // (a * d)):
+        lo, hi = lower(e, b), upper(e, b)
+        for n, w, h in SYM_DIM_VALUES:
+            env = {"tb_n": n, "tb_w": w, "tb_h": h}
+            vals = [e.evaluate(dict(env, tb_c0=c)) for c in range(tb0.evaluate(env))]
+            if lo is not None and vals:
+                assert lo.evaluate(env) <= min(vals), (e, lo, env)
+            if hi is not None and vals:
+                assert hi.evaluate(env) >= max(vals), (e, hi, env)

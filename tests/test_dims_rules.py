@@ -149,10 +149,25 @@ BOUNDS_EXAMPLES = {
                    ((16 * N + C1) % 256, {"tr_c1": lit(16)}, (16 * N) % 256 + C1),
                    ((16 * N + C1) // 256, {"tr_c1": lit(17)}, None),
                    ((12 * N + C1) // 8, {"tr_c1": lit(4)}, (12 * N) // 8)],
+    "drop_small_symbolic": [((4 * C1 + 3) // (4 * N), {"tr_c1": 2 * N}, C1 // N),
+                            ((4 * C1 + 3) % (4 * N), {"tr_c1": 2 * N}, 4 * (C1 % N) + 3),
+                            ((4 * C1 + 5) // (4 * N), {"tr_c1": 2 * N}, None),   # 5 >= 4
+                            ((4 * C1 + 3) // (4 * N), {"tr_c1": lit(9)}, None)],  # N may be 0
+    "div_of_div": [((C1 // N) // 3, {"tr_c1": 6 * N}, C1 // (3 * N)),
+                   ((C1 // N + 1) // 3, {"tr_c1": 6 * N}, (C1 + N) // (3 * N)),
+                   ((C1 // N) // 3, {"tr_c1": lit(30)}, None)],
+    "recombine_mod": [(N * ((C1 // N) % 3) + C1 % N, {"tr_c1": 6 * N}, C1 % (3 * N)),
+                      (N * ((C1 // N) % 3) + C1 % N, {"tr_c1": lit(30)}, None),
+                      (4 * ((C1 // 4) % 3) + C1 % 4, {"tr_c1": lit(30)}, None)],   # literal
     "recombine": [(6 * (C1 // 6) + C1 % 6, {}, C1),
                   (12 * (C1 // 6) + 2 * (C1 % 6) + N, {}, 2 * C1 + N),
                   (5 * (C1 // 6) + C1 % 6, {}, C1 - C1 // 6),
-                  (5 * (C1 // 6) + C1 % 7, {}, None)],
+                  (5 * (C1 // 6) + C1 % 7, {}, None),
+                  (C1 - C1 % N, {"tr_c1": 2 * N}, N * (C1 // N)),       # the quotient form
+                  (N * (C1 // N), {"tr_c1": 2 * N}, None),
+                  (N * (C1 // N) - C1, {"tr_c1": 2 * N}, -(C1 % N)),
+                  (C1 - C1 % N, {"tr_c1": lit(30)}, None),              # N may be 0
+                  (512 * N * (C1 // 512) + N * (C1 % 512), {"tr_c1": lit(1000)}, N * C1)],
 }
 
 
