@@ -57,6 +57,32 @@ def test_batch_norm_folds_into_conv(bias):
         _close(cm, m, torch.randn(n, 3, h, w))
 
 
+class SeqFirstLinear(nn.Module):
+    """ViT's attention in-projection: batch-first tokens transposed to sequence-first, then a
+    linear (torch runs one small GEMM per sequence position on the permuted operand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 12)
+
+    def forward(self, x):
+        y = self.proj(x.transpose(1, 0))
+        return y.relu() * 2, y.permute(2, 0, 1).sum(0)
+
+
+def test_linear_of_permute_runs_on_rows():
+    m = SeqFirstLinear().eval()
+    cm = dl.compile(m, (torch.randn(3, 5, 8),), dynamic={0: {0: "N", 1: "S"}}, backend="cpu")
+    rewrite = cm.pipeline.passes[[r.name for r in cm.pipeline.passes].index("rewrite")]
+    assert any(c.startswith("linear_of_permute") for c in rewrite.changes), rewrite
+    calls = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
+    assert [st.op.name for st in calls] == ["linear"]
+    assert calls[0].operands[0] == (calls[0].operands[0][0], ())   # no view: x itself
+    assert calls[0].operands[0][0].src is Src.INPUT
+    for n, s in ((3, 5), (1, 7), (4, 1)):
+        _close(cm, m, torch.randn(n, s, 8))
+
+
 def test_partition_and_epilogue():
     m = ConvBN().eval()
     cm = dl.compile(m, (torch.randn(2, 3, 9, 10),), dynamic=CNN, backend="cpu")

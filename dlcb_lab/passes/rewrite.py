@@ -16,7 +16,7 @@ import torch
 
 from ..dims import as_expr
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OPS, is_scalar
+from ..ir.ops import OPS, infer_dtypes, is_scalar
 from .core import constant_of, replace_value, uses
 
 Rule = Callable[[Graph, Node, dict], "str | None"]
@@ -148,6 +148,30 @@ def _slice_of_slice(g: Graph, n: Node, use: dict) -> str | None:
     return f"%{n.out.name}: slice of slice %{x.name} -> one slice"
 
 
+def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
+    """linear(permute(x, d), W)  ->  permute(linear(x, W), d)   (d keeps the last axis in place)
+
+    A linear acts on the last axis alone, so it commutes with a permutation of the others. On a
+    permuted operand torch runs one small GEMM per leading index (a batched matmul of M = the
+    inner extent, reading W once per batch: ViT's ``(S, N, E)`` in-projection); on ``x`` it is one
+    GEMM over all rows, and the permutation is fused into the consumers."""
+    if n.op.name != "linear":
+        return None
+    p, w = n.inputs
+    perm = p.producer
+    if perm is None or perm.op.name != "permute":
+        return None
+    dims = tuple(int(d) % p.rank for d in perm.attrs["dims"])
+    if dims[-1] != p.rank - 1 or dims == tuple(range(p.rank)):
+        return None
+    x = perm.inputs[0]
+    rows = g.apply("linear", x, w, name=f"{n.out.name}_rows", where=n.where)
+    g.nodes.insert(g.nodes.index(n), g.nodes.pop())
+    n.op, n.inputs, n.attrs = OPS["permute"], (rows,), {"dims": dims}
+    n.out.dtype, n.compute_dtype = infer_dtypes(n)
+    return f"%{n.out.name}: linear of permute %{p.name} -> permute of linear %{rows.name}"
+
+
 REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
@@ -155,6 +179,7 @@ REWRITES: list[tuple[str, Rule]] = [
     ("shift_scale", _shift_scale),              # (y + c) * s  ->  y * s + c * s
     ("conv_scale", _conv_scale),                # conv2d(x, W) * s  ->  conv2d(x, W * s)
     ("shift_shift", _shift_shift),              # (y + a) + b  ->  y + (a + b)
+    ("linear_of_permute", _linear_of_permute),  # linear(permute(x)) -> permute(linear(x))
 ]
 
 
