@@ -29,9 +29,10 @@ a 9th shape to eager).
 Protocol. Each (model, system) runs in ``python -m dlcb_lab.bench.models --one ...`` with
 DLCB_CACHE_DIR (``zoo._cache_dir``), TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and
 NUMBA_CACHE_DIR set to new empty folders (``--in-process``: same folders, one process). All under
-``no_grad`` and ``zoo.fp32_math`` (TF32 off in cuBLAS and cuDNN) - timings too, so every system
-computes in fp32 and the check needs no flag flip (one would invalidate captured graphs and trip
-torch.compile's global-state guards); ``cudnn.benchmark`` as torch leaves it (off). A separately
+``no_grad``, with torch's math flags as eager runs (cuDNN convolutions in TF32, cuBLAS matmuls in
+fp32; ``--fp32``: TF32 off everywhere, ``zoo.fp32_math``), the same for timing and check (a flip
+between them would invalidate captured graphs and trip torch.compile's global-state guards);
+``cudnn.benchmark`` as torch leaves it (off). A separately
 built eager copy computes the reference output of every shape first (so CUDA, cuBLAS and cuDNN
 are initialised before any system is timed), and is dropped. Then per shape: the system's setup
 for it (torch.compile wrapper, dl.compile or graph capture; none for eager), the first call,
@@ -57,10 +58,10 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
   max_rel_err    ``zoo.rel_error`` of that first result vs eager's (max |y - y_eager| / max
                  |y_eager| over all outputs; inf on shape/dtype mismatch or non-finite values);
                  ``error`` set when above ``zoo.GPU_TOL`` (cuda) / ``zoo.TOL`` (cpu)
-  peak_mb        cuda only: ``zoo.peak_mb`` of one call (peak allocated above what is resident
-                 before it, MiB). eager-cudagraph: over the shape's warmup + capture instead (a
-                 replay allocates nothing; the graph's pool is held from capture on);
-                 torch.compile-cudagraphs' replays likewise allocate in its held pool (reads low)
+  peak_mb        cuda only: the device memory peak over the cell (setup, first call, warm-up,
+                 timed calls) above what was resident before the system's first setup (the
+                 module's weights, the inputs, the reference outputs), MiB; so a graph pool
+                 held from an earlier shape's capture counts, and DLCB's own constants do
   recompiles     cumulative, read after the cell's calls. torch.compile: Dynamo graphs compiled
                  since the end of the first shape (``counters["stats"]["unique_graphs"]``
                  difference; a graph break makes a recompile count twice); DLCB: sum of
@@ -138,6 +139,9 @@ class Config:
     tiny: bool = False
     reps: int = 30
     warmup: int = 5
+    fp32: bool = False
+    """TF32 off in cuBLAS and cuDNN for the whole run; False: torch's defaults (cuDNN convolutions
+    in TF32, cuBLAS matmuls in fp32), as eager runs them."""
 
     @property
     def cuda(self) -> bool:
@@ -194,10 +198,7 @@ def make_inputs(model: str, shape: Shape, device: str, seed: int) -> tuple[torch
 
 class _System:
     """``setup(args)``: what the system does for a shape before its first call; returns the
-    call. ``counts()``: cumulative count metrics. ``setup_peak``: report ``peak_mb`` over the
-    setup and first call instead of over one call."""
-
-    setup_peak = False
+    call. ``counts()``: cumulative count metrics."""
 
     def __init__(self, m: torch.nn.Module, device: str):
         self.m, self.device = m, device
@@ -210,8 +211,6 @@ class _System:
 
 
 class _CudaGraph(_System):
-    setup_peak = True
-
     def __init__(self, m, device):
         super().__init__(m, device)
         self.graphs: list[tuple[torch.cuda.CUDAGraph, Any]] = []   # kept alive
@@ -314,13 +313,13 @@ def _row(model: str, system: str, shape: Shape, metric: str, value: Any,
 
 
 def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tuple,
-          want: Any, cfg: Config, stage: list[str]) -> list[dict[str, Any]]:
+          want: Any, cfg: Config, stage: list[str], base: int = 0) -> list[dict[str, Any]]:
+    """One shape's rows; ``base``: device bytes resident before the system's first setup."""
     cuda, sync = cfg.cuda, (torch.cuda.synchronize if cfg.cuda else (lambda: None))
     stage[0] = f"setup {_label(shape)}"
     if cuda:
         sync()
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
     fn = sysm.setup(args)
     sync()
@@ -329,7 +328,6 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
     y = fn()
     sync()
     t2 = time.perf_counter()
-    setup_mb = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else None
     stage[0] = f"check {_label(shape)}"
     err = zoo.rel_error(y, want)
     del y
@@ -342,10 +340,10 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
     tol = zoo.GPU_TOL if cuda else zoo.TOL
     rows.append(_row(model, system, shape, "max_rel_err", err,
                      "" if err <= tol else f"max_rel_err {err:.3g} > tolerance {tol:g}"))
-    if cuda:
-        stage[0] = f"peak memory {_label(shape)}"
+    if cuda:   # over the setup, the first call, the warm-up and the timed calls
+        sync()
         rows.append(_row(model, system, shape, "peak_mb",
-                         setup_mb if sysm.setup_peak else zoo.peak_mb(fn)))
+                         (torch.cuda.max_memory_allocated() - base) / 2**20))
     rows += [_row(model, system, shape, k, v) for k, v in sysm.counts().items()]
     return rows
 
@@ -373,7 +371,8 @@ def run_one(model: str, system: str, cfg: Config,
     tc = system.startswith("torch.compile")
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.no_grad())
-        stack.enter_context(zoo.fp32_math())
+        if cfg.fp32:
+            stack.enter_context(zoo.fp32_math())
         if tc:
             from torch._dynamo.utils import counters
 
@@ -392,6 +391,7 @@ def run_one(model: str, system: str, cfg: Config,
                 torch.cuda.synchronize()
             del ref
             sysm = make_system(system, m, cfg.device)
+            base = torch.cuda.memory_allocated() if cfg.cuda else 0
         except Exception as err:
             why = f"{stage[0]}: {zoo._describe(err)}"
             for shape in shapes:
@@ -403,7 +403,7 @@ def run_one(model: str, system: str, cfg: Config,
                 fail(shape, f"not run: the first shape failed ({first_failed})")
                 continue
             try:
-                emit(_cell(model, system, sysm, i, shape, args, want, cfg, stage))
+                emit(_cell(model, system, sysm, i, shape, args, want, cfg, stage, base))
             except Exception as err:
                 why = f"{stage[0]}: {zoo._describe(err)}"
                 fail(shape, why)
@@ -603,7 +603,7 @@ def environment(cfg: Config | None = None, models: Sequence[str] = (),
         cpu=_cpu_name(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
         os=platform.platform(), commit=commit, dirty=None if status is None else bool(status),
         utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        fp32_math=True, recompile_limit=RECOMPILE_LIMIT,
+        fp32_math=bool(cfg and cfg.fp32), recompile_limit=RECOMPILE_LIMIT,
         models=list(models), systems=list(systems), config=asdict(cfg) if cfg else None)
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
@@ -653,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="tiny transformer configs, small images")
     ap.add_argument("--reps", type=int, default=30, help="timed calls per cell")
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls before them")
+    ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
     ap.add_argument("--out", default="data/bench", help="folder for models.csv and env.json")
     ap.add_argument("--markdown", action="store_true", help="print the summary as Markdown")
     ap.add_argument("--in-process", action="store_true",
@@ -666,7 +667,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.text_shapes:
         pairs = tuple(tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(","))
     cfg = Config(device=a.device, batches=_ints(a.batches), seqs=_ints(a.seqs),
-                 text_shapes=pairs, res=a.res, tiny=a.tiny, reps=a.reps, warmup=a.warmup)
+                 text_shapes=pairs, res=a.res, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
+                 fp32=a.fp32)
     if cfg.cuda and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)
