@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from dlcb_lab.bench import models as bm
+from dlcb_lab.bench import zoo
 
 CFG = bm.Config(device="cpu", batches=(1, 2), text_shapes=((1, 8), (2, 16)), res=32, tiny=True,
                 reps=2, warmup=1)
@@ -149,6 +150,6 @@ def test_summary_geomean_by_hand():
     assert s.x.iloc[-1] == pytest.approx(8 ** (1 / 3))   # (2 * 4 * 1) ** (1/3)
     assert s.y.iloc[-1] == pytest.approx(1.5 ** 0.5)     # over its two timed cells
     assert pd.isna(s.seq[0]) and s.seq[2] == 16 and pd.isna(s.res[2])
-    md = bm.to_markdown(s)
+    md = zoo.to_markdown(s)
     assert md.splitlines()[0] == "| model | batch | seq | res | x | y |"
     assert len(md.splitlines()) == 2 + len(s)

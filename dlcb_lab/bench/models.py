@@ -538,24 +538,6 @@ def summary(df: "pd.DataFrame") -> "pd.DataFrame":
     return out
 
 
-def to_markdown(df: "pd.DataFrame") -> str:
-    """A Markdown pipe table (``df.to_markdown`` when ``tabulate`` is installed); floats to 3
-    significant digits, missing values blank."""
-    try:
-        return df.to_markdown(index=False, floatfmt=".3g")
-    except ImportError:
-        pass
-    import pandas as pd
-
-    def fmt(v: Any) -> str:
-        if v is None or (not isinstance(v, str) and pd.isna(v)):
-            return ""
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
-             "|" + "|".join("---" for _ in df.columns) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in df.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def _cmd(*cmd: str, cwd: str | None = None) -> str | None:
@@ -684,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"wrote {out / 'models.csv'} ({len(df)} rows) and {out / 'env.json'}")
     if "eager" in set(df["system"]) and df[df["system"] == "eager"]["value"].notna().any():
         s = summary(df)
-        print(to_markdown(s) if a.markdown else s.to_string(index=False))
+        print(zoo.format_table(s, a.markdown))
     else:
         print("no eager times: no speedup summary")
     return 0

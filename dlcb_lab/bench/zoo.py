@@ -557,14 +557,29 @@ def gpu_bench(names: Iterable[str], batches: Sequence[int] = (1, 8, 32), reps: i
 
 # --- CLI -----------------------------------------------------------------------------------------
 
+def to_markdown(df: "pd.DataFrame") -> str:
+    """A Markdown pipe table (``df.to_markdown`` when ``tabulate`` is installed); floats to 3
+    significant digits, missing values blank."""
+    try:
+        return df.to_markdown(index=False, floatfmt=".3g")
+    except ImportError:
+        pass
+    import pandas as pd
+
+    def fmt(v: Any) -> str:
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            return ""
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def format_table(df, markdown: bool = False) -> str:
-    """``df.to_markdown()`` when asked and ``tabulate`` is installed, else ``df.to_string()``."""
-    if markdown:
-        try:
-            return df.to_markdown(index=False, floatfmt=".3g")
-        except ImportError:
-            pass
-    return df.to_string(index=False)
+    """``to_markdown(df)`` when asked, else ``df.to_string()``."""
+    return to_markdown(df) if markdown else df.to_string(index=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
