@@ -77,3 +77,31 @@ def test_syntax_error_reports_log_and_line():
 def test_rejects_virtual_arch():
     with pytest.raises(ValueError):
         compile_cubin(SCALE, arch="compute_90")
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_kernels_split_into_units_compile_in_parallel(workers):
+    """A model's kernels split into contiguous NVRTC units (at most ``workers``), each compiled
+    to its own cubin by parallel threads; every kernel is in exactly one unit, whose cubin
+    exports its entry points."""
+    import torch
+    import torchvision
+
+    from dlcb_lab.bridge.aten import to_ir
+    from dlcb_lab.kgen.emit import cuda_module, entry_points
+    from dlcb_lab.kgen.infer import infer_kernels
+    from dlcb_lab.passes import run_passes
+    from dlcb_lab.runtime.build import units
+
+    m = torchvision.models.squeezenet1_1(num_classes=10).eval()
+    g, _ = run_passes(to_ir(m, (torch.randn(2, 3, 32, 32),), {0: {0: "N"}}))
+    bodies = infer_kernels(g, cooperative=True)
+    groups = units(bodies, workers)
+    assert 1 <= len(groups) <= workers
+    assert [i for grp in groups for i in grp] == list(range(len(bodies)))   # contiguous, once
+    n0 = nvrtc_compile_count()
+    cubins = nvrtc.compile_cubins([cuda_module([bodies[i] for i in grp]) for grp in groups])
+    assert nvrtc_compile_count() == n0 + len(groups)
+    for cubin, grp in zip(cubins, groups):
+        assert cubin.startswith(b"\x7fELF")
+        assert all(name.encode() in cubin for name in entry_points([bodies[i] for i in grp]))

@@ -31,7 +31,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "ArtifactDeviceError", "Reader", "Writer"
            "dump_records", "load_records", "versions"]
 
 FORMAT = "dlcb-artifact"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: one cubin per NVRTC unit (kernels.<j>.cubin, manifest "units")
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*")
 

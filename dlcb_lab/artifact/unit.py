@@ -4,7 +4,8 @@
 several compiled regions saves a list of units). Members of unit ``u`` live under ``u/``:
 
 - ``records.pkl``: the ``Pipeline`` without thunks and launchers (``format.dump_records``).
-- CUDA: ``kernels.cubin``, the cubin the module launched (no NVRTC on load).
+- CUDA: ``kernels.<j>.cubin``, the cubins the module launched, one per NVRTC unit (the manifest's
+  ``units`` lists the kernels of each; no NVRTC on load).
 - CPU: ``kernels.py``, the numba module source, and ``numba/<file>``, numba's cache files of its
   functions (index ``.nbi`` and data ``.nbc``); load puts both where ``runtime.numba_cpu`` and
   numba look, so numba's decoration-time compile is a cache hit.
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError
-from ..kgen.emit import NARROW, cuda_module, entry_points, numba_module, signature
+from ..kgen.emit import cuda_module, entry_points, numba_module
 from ..records import Pipeline
 from ..runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
 from .format import (ArtifactDeviceError, Reader, TensorTable, Writer, dump_records,
@@ -64,8 +65,9 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
         source = cuda_module(bodies)
         meta["entry_points"] = entry_points(bodies)
         meta["arch"] = device_arch()
-        if bodies:
-            w.add(f"{prefix}/kernels.cubin", _cubin_of(thunk, prefix))
+        cubins, meta["units"] = _cubins_of(thunk, prefix)
+        for j, cubin in enumerate(cubins):
+            w.add(f"{prefix}/kernels.{j}.cubin", cubin)
     else:
         source = numba_module(bodies)
         if bodies:
@@ -144,11 +146,16 @@ def _check_host_program(p: Pipeline, what: str) -> None:
 
 # --- CUDA ----------------------------------------------------------------------------------------
 
-def _cubin_of(thunk: Thunk, prefix: str) -> bytes:
-    for ln in thunk.launchers:
-        for k in ln.kernels.values():
-            return k.module.cubin
-    raise ArtifactError(f"unit {prefix}: a cuda thunk without a loaded cubin")
+def _cubins_of(thunk: Thunk, prefix: str) -> tuple[list[bytes], list[list[int]]]:
+    """The cubins the thunk launches (one per NVRTC unit, ``runtime.build.units``) and the kernel
+    positions each holds."""
+    mods: dict[int, tuple[bytes, list[int]]] = {}
+    for i, ln in enumerate(thunk.launchers):
+        mod = next((k.module for k in ln.kernels.values()), None)
+        if mod is None:
+            raise ArtifactError(f"unit {prefix}: a cuda kernel without a loaded cubin")
+        mods.setdefault(id(mod), (mod.cubin, []))[1].append(i)
+    return [c for c, _ in mods.values()], [g for _, g in mods.values()]
 
 
 def _check_device(meta: dict, what: str) -> None:
@@ -169,17 +176,16 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
     NVRTC)."""
     if not bodies:
         return []
-    from ..runtime.cuda_launch import CudaModule
-    from ..runtime.launchers import CudaLauncher
+    from ..runtime.build import cuda_launchers
 
-    names = entry_points(bodies)
-    if names != meta.get("entry_points"):
+    if entry_points(bodies) != meta.get("entry_points"):
         raise ArtifactError(f"{what}: entry points differ from the manifest's")
-    mod = CudaModule(r.member(f"{prefix}/kernels.cubin"), names)
-    sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return [CudaLauncher({(i, narrow): mod.kernel(v.name + NARROW * narrow, signature(v))
-                          for i, v in enumerate(b.variants()) for narrow in (False, True)}, sm)
-            for b in bodies]
+    groups = meta.get("units")
+    if not isinstance(groups, list) or sorted(i for g in groups for i in g) != \
+            list(range(len(bodies))):
+        raise ArtifactError(f"{what}: the manifest's kernel units do not cover its kernels")
+    cubins = [r.member(f"{prefix}/kernels.{j}.cubin") for j in range(len(groups))]
+    return cuda_launchers(bodies, cubins, groups)
 
 
 # --- CPU (numba) -----------------------------------------------------------------------------------

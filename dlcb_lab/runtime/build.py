@@ -1,31 +1,72 @@
-"""Build the kernels of one compile as one unit: one NVRTC translation unit (CUDA) or one numba
-module file (CPU), and a launcher per kernel."""
+"""Build the kernels of one compile: NVRTC translation units compiled in parallel (CUDA) or one
+numba module file (CPU), and a launcher per kernel.
+
+CUDA: ptxas time grows with the kernels of a unit, and NVRTC releases the GIL, so a compile's
+kernels are split into contiguous units of about ``UNIT_BYTES`` of source each (at most one per
+CPU), compiled by parallel threads, one cubin each. ``units`` records which kernels each cubin
+holds; an artifact stores the cubins and that list (``cuda_launchers`` rebuilds the launchers from
+both, with no NVRTC)."""
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
 
-from ..kgen.emit import NARROW, cuda_module, entry_points, numba_module, signature
+from ..kgen.emit import NARROW, all_variants, cuda_kernel, cuda_module, numba_module, signature
 from ..kgen.kir import KernelBody
 from .launchers import CpuLauncher, CudaLauncher
+
+UNIT_BYTES = 8_000
+"""Source per NVRTC unit: each unit also pays NVRTC's start-up and the prelude's parse (~0.1 s)."""
+
+
+def units(bodies: Sequence[KernelBody], workers: int | None = None) -> list[tuple[int, ...]]:
+    """Contiguous groups of kernel positions, one translation unit each, of balanced source size:
+    ``min(workers (default: the CPUs), kernels, source / UNIT_BYTES)`` groups, at least one."""
+    sizes = [sum(len(cuda_kernel(v)) for v in b.variants()) for b in bodies]
+    n = max(1, min(workers or os.cpu_count() or 1, len(bodies), sum(sizes) // UNIT_BYTES))
+    out, cur, acc, total = [], [], 0, sum(sizes)
+    for i, sz in enumerate(sizes):
+        cur.append(i)
+        acc += sz
+        if acc * n >= total * (len(out) + 1) and len(out) < n - 1:
+            out.append(tuple(cur))
+            cur = []
+    if cur:
+        out.append(tuple(cur))
+    return out
+
+
+def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[bytes],
+                   groups: Sequence[Sequence[int]]) -> list[CudaLauncher]:
+    """A launcher per kernel over the cubin of its unit (``groups[j]``: the kernels of
+    ``cubins[j]``)."""
+    from .cuda_launch import CudaModule
+
+    sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    launchers: list[CudaLauncher | None] = [None] * len(bodies)
+    for cubin, group in zip(cubins, groups):
+        mod = CudaModule(cubin, [v.name + s for i in group for v in bodies[i].variants()
+                                 for s in ("", NARROW)])
+        for i in group:
+            launchers[i] = CudaLauncher({(j, narrow): mod.kernel(v.name + NARROW * narrow,
+                                                                 signature(v))
+                                         for j, v in enumerate(bodies[i].variants())
+                                         for narrow in (False, True)}, sm)
+    return launchers
 
 
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
     """Returns (a launcher per kernel, kernel functions built incl. variants and index widths)."""
     if backend == "cuda":
-        from .cuda_launch import CudaModule
-        from .nvrtc import compile_cubin, device_arch
+        from .nvrtc import compile_cubins, device_arch
 
-        names = entry_points(bodies)
-        mod = CudaModule(compile_cubin(cuda_module(bodies), arch=device_arch()), names)
-        sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        launchers = [CudaLauncher({(i, narrow): mod.kernel(v.name + NARROW * narrow, signature(v))
-                                   for i, v in enumerate(b.variants()) for narrow in (False, True)},
-                                  sm)
-                     for b in bodies]
-        return launchers, len(names)
+        groups = units(bodies)
+        cubins = compile_cubins([cuda_module([bodies[i] for i in g]) for g in groups],
+                                arch=device_arch())
+        return cuda_launchers(bodies, cubins, groups), 2 * len(all_variants(bodies))
     from .numba_cpu import load_numba_module
 
     mod, _ = load_numba_module(numba_module(bodies))

@@ -16,8 +16,11 @@ import logging
 import os
 import pathlib
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..errors import BuildError, SpecError
 from .cache import atomic_write, cache_dir, content_key
@@ -26,6 +29,7 @@ __all__ = [
     "CudaCompileError",
     "ResourceUsage",
     "compile_cubin",
+    "compile_cubins",
     "device_arch",
     "include_dirs",
     "nvrtc_compile_count",
@@ -38,6 +42,7 @@ _PROGRAM_NAME = "dlcb_kernels.cu"
 _log = logging.getLogger(__name__)
 _compile_count = 0
 _compile_seconds = 0.0
+_count_lock = threading.Lock()
 
 
 class CudaCompileError(BuildError):
@@ -269,10 +274,22 @@ def compile_cubin(source: str, *, arch: str = "sm_90", options: tuple[str, ...] 
     try:
         cubin = _nvrtc_compile(source, flags)
     finally:
-        _compile_seconds += time.perf_counter() - t0
-        _compile_count += 1
+        with _count_lock:
+            _compile_seconds += time.perf_counter() - t0
+            _compile_count += 1
     atomic_write(path, _CUBIN_MAGIC + hashlib.sha256(cubin).digest() + cubin)
     return cubin
+
+
+def compile_cubins(sources: Sequence[str], *, arch: str = "sm_90",
+                   options: tuple[str, ...] = ()) -> list[bytes]:
+    """:func:`compile_cubin` of each source, in parallel threads (NVRTC releases the GIL: two
+    halves of mobilenet_v3_large's kernels compile in 2.9 s on two threads, 6.1 s on one); the
+    first failure is raised."""
+    if len(sources) <= 1:
+        return [compile_cubin(s, arch=arch, options=options) for s in sources]
+    with ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda s: compile_cubin(s, arch=arch, options=options), sources))
 
 
 def _read_cached_cubin(path: pathlib.Path) -> bytes | None:
