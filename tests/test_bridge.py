@@ -181,7 +181,13 @@ def _gpt2():
         eos_token_id=0))
 
 
-@pytest.mark.parametrize("make", [_bert, _gpt2], ids=["bert", "gpt2"])
+def _llama():   # rotary embeddings, grouped-query attention, RMSNorm; compiled with grad on
+    return transformers.LlamaModel(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
+
+
+@pytest.mark.parametrize("make", [_bert, _gpt2, _llama], ids=["bert", "gpt2", "llama"])
 def test_transformer_one_compile_serves_batch_and_sequence(make):
     torch.manual_seed(0)
     m = Hidden(make().eval())
