@@ -327,3 +327,52 @@ def test_size_predicate_logic_imposes_exactly_the_predicate(a, b, c):
     assert P.either(True, P.of("==", A, B)) is True and P.both(False, P.of("==", A, B)) is False
     with pytest.raises(dl.UnsupportedOp, match="only a disjunction of equalities"):
         P.either(P.of("<", A, B), P.of("==", A, 1))
+
+
+# --- in-place writes into slices of a computed tensor ----------------------------------------------
+
+class ShiftMask(torch.nn.Module):
+    """Swin's shifted-window mask: regions of a size-dependent zero tensor filled in place."""
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        mask = x.new_zeros((h, w))
+        count = 0
+        for hs in ((0, -3), (-3, -1), (-1, None)):
+            for ws in ((0, -2), (-2, None)):
+                mask[hs[0]:hs[1], ws[0]:ws[1]] = count
+                count += 1
+        row = mask[1:2]          # a view taken after the writes sees them
+        return x * mask + row.sum()
+
+
+def test_writes_into_slices_of_a_computed_tensor():
+    m = ShiftMask()
+    cm = dl.compile(m, (torch.randn(2, 6, 5),), dynamic="auto", backend="cpu", fallback=False)
+    assert {r.axis: r.kind.value for r in cm.pipeline.dims.of("x")} == \
+        {0: "named", 1: "named", 2: "named"}
+    for shape in ((2, 6, 5), (1, 9, 4), (3, 4, 7)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(cm(x), m(x))
+
+
+class StaleView(torch.nn.Module):
+    def forward(self, x):
+        t = x * 2
+        v = t[:, 1:]
+        t[:, :1] = 0     # overlaps no element of v, but v is read after the write
+        return v + t[:, :1]
+
+
+class StridedWrite(torch.nn.Module):
+    def forward(self, x):
+        t = x * 2
+        t[:, ::2] = 0
+        return t
+
+
+@pytest.mark.parametrize("m,what", [(StaleView(), "view"), (StridedWrite(), "step 1")],
+                         ids=["view-read-after", "step-2"])
+def test_writes_through_views_refused_where_unsound(m, what):
+    with pytest.raises(dl.UnsupportedOp, match=what):
+        dl.compile(m, (torch.randn(3, 4),), dynamic={0: {0: "N"}}, backend="cpu", fallback=False)

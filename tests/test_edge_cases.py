@@ -229,7 +229,9 @@ def test_inplace_cast_back():
 
 @pytest.mark.parametrize("fn,match", [
     (lambda x: x.relu_(), r"mutates graph input 'x'"),
-    (lambda x: (x * 1).view(-1).relu_(), r"shares storage with a view"),
+    (lambda x: (x * 1).view(-1).relu_(), r"'view', a view \(only a write into slices"),
+    (lambda x: (lambda t, v: t.relu_() + v)(*(lambda t: (t, t[0]))(x * 1)),
+     r"shares storage with a view used after the write"),
 ])
 def test_inplace_refused(fn, match):
     with pytest.raises(dl.UnsupportedOp, match=match) as ei:

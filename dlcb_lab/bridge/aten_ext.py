@@ -494,6 +494,19 @@ def _l_full_like(cx, input, fill_value, *, dtype=None, layout=None, device=None,
     return _fill(cx, cx.g.dims(x), fill_value, dtype or x.dtype)
 
 
+def _l_fill(cx, input, value):
+    """``fill`` (``fill_`` writes it in place: a slice of a mask, say): ``value`` (a number or a
+    0-d tensor) over ``input``'s shape in its dtype."""
+    x = tensor_arg(input)
+    if not isinstance(value, Value):
+        return _fill(cx, cx.g.dims(x), value, x.dtype)
+    if value.rank != 0:
+        raise ShapeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                         f"{value.rank} dimensions")
+    v = cx.apply("to", value, dtype=x.dtype) if value.dtype != x.dtype else value
+    return cx.apply("expand", v, sizes=cx.g.dims(x)) if x.rank else v
+
+
 def _l_scalar_tensor(cx, s, *, dtype=None, layout=None, device=None, pin_memory=None):
     _factory_args(layout, pin_memory)
     return _fill(cx, (), s, dtype or torch.get_default_dtype())
@@ -837,7 +850,7 @@ ATEN: dict[str, Callable] = {
     "arange": _l_arange, "full": _l_full, "ones": _const_factory(1), "zeros": _const_factory(0),
     "new_ones": _new_factory(1), "new_zeros": _new_factory(0), "new_empty": _new_factory(None),
     "new_full": _l_new_full, "ones_like": _like_factory(1), "zeros_like": _like_factory(0),
-    "empty_like": _like_factory(None), "full_like": _l_full_like,
+    "empty_like": _like_factory(None), "full_like": _l_full_like, "fill": _l_fill,
     "scalar_tensor": _l_scalar_tensor,
     "cumsum": _l_cumsum, "group_norm": _l_group_norm, "var": _l_var, "std": _l_std,
     "var_mean": _l_var_mean, "std_mean": _l_std_mean,
