@@ -44,7 +44,14 @@ OPS = ["nn.functional.relu", "neg", "abs", "exp", "sigmoid", "tanh", "add", "sub
        "unbind", "narrow", "__getitem__", "nn.functional.pad", "expand", "expand_as", "roll",
        "unsqueeze", "squeeze", "t", "nn.functional.dropout",
        # index ops (paper 4.3)
-       "index_select", "gather", "nn.functional.embedding"]
+       "index_select", "gather", "nn.functional.embedding",
+       # the transformers / timm vocabulary (bridge/aten_ext.py)
+       "pow", "sin", "cos", "log1p", "expm1", "floor", "ceil", "round", "sign", "remainder",
+       "bitwise_xor", "cumsum", "flip", "nn.functional.group_norm", "var", "std",
+       "nn.functional.conv1d", "masked_fill", "addcmul", "addcdiv", "reshape_as", "view_as",
+       "nn.functional.interpolate", "full_like", "zeros_like", "ones_like", "new_zeros",
+       "new_ones", "new_full", "fill", "linalg.vector_norm", "norm", "baddbmm", "amin", "diff",
+       "repeat"]
 FAST = (torch.float32,)
 FAST_SAMPLES = 16
 """Samples per op in the regular run (max_pool2d alone has 1440)."""
@@ -55,6 +62,9 @@ ULP2 = {torch.float16: 2 * 2.0**-10, torch.bfloat16: 2 * 2.0**-7}
 """16-bit results may differ from eager's by rounding (accumulators of different widths):
 two units in the last place, relative to the value or, near zero, absolute."""
 OPINFOS = [o for o in common.op_db if o.name in OPS]
+EXT_OPS = set(OPS[OPS.index("pow"):])
+"""The transformers / timm ops (``bridge/aten_ext.py``): run under ``-m slow`` only (suite time;
+``python tests/opinfo_census.py <op>`` for one)."""
 
 
 def _cases(dtypes, marks=()):
@@ -246,12 +256,13 @@ def _run_op(op, dtype, limit=None):
         assert ran, f"every sample of {op.name} {dtype} was refused"
 
 
-@pytest.mark.parametrize("op,dtype", _cases(FAST))
+@pytest.mark.parametrize("op,dtype", [c for c in _cases(FAST) if c.values[0].name not in EXT_OPS])
 def test_opinfo_samples(op, dtype):
     _run_op(op, dtype, FAST_SAMPLES)
 
 
-@pytest.mark.parametrize("op,dtype", [c for c in _cases(REDUCED) if c.values[0].name != "to"])
+@pytest.mark.parametrize("op,dtype", [c for c in _cases(REDUCED) if c.values[0].name != "to"
+                                      and c.values[0].name not in EXT_OPS])
 def test_opinfo_samples_16bit(op, dtype):
     """(``to``'s few picked samples may all be device moves, refused on purpose: ``-m slow``.)"""
     _run_op(op, dtype, REDUCED_SAMPLES)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from ..dims import lit
+from ..dims import Lit, lit
 from ..errors import DLError, DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Graph, Value
 from ..ir.ops.eager import Operand
@@ -382,11 +382,16 @@ def _ranges(g: Graph, cap: Captured, symbols: dict) -> None:
 
 
 def _pin(g: Graph, cap: Captured, pins) -> None:
-    """The axes export specialized, fixed to their example sizes."""
+    """The axes export specialized, fixed to their example sizes; a requirement the sizes now
+    fail is a ``ShapeError`` here (the lowering recorded it while the axis was symbolic)."""
     for i, k, size in pins:
         g.constrain(g.dims(g.inputs[i])[k], lit(size), "torch.export",
                     f"input {i} '{cap.names[i]}' axis {k}: the traced code specializes it (a "
                     f"branch or check on its value)")
+    for e, prov in g.requirements if pins else ():
+        e = g.solver.resolve(e)
+        if isinstance(e, Lit) and e.value < 0:
+            raise ShapeError(f"{prov}: fails for the specialized sizes ({e.value} < 0)")
 
 
 def _mutates(n: fx.Node) -> bool:

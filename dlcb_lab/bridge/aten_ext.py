@@ -342,15 +342,22 @@ def _l_diff(cx, input, n=1, dim=-1, prepend=None, append=None):
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ShapeError(f"diff: order n={n!r} must be a non-negative int")
     a = wrap_axis(dim, x.rank)
+    if n == 0:   # torch returns the input, prepend and append unused
+        return x
     parts = [tensor_arg(t, what) for t, what in ((prepend, "prepend"), (x, "input"),
                                                  (append, "append")) if t is not None]
     if len(parts) > 1:
         x = _L["cat"](cx, parts, a)
     for _ in range(n):
         d = cx.g.dims(x)[a]
+        if isinstance(d, Lit) and d.value == 0:   # empty stays empty, however many more times
+            break
+        if not isinstance(d, Lit):   # torch's extent is max(d - n, 0): one form for d >= n
+            cx.g.require(d - 1, cx.name, f"diff of order {n} along axis {a} needs the axis "
+                                         f"(with prepend/append) to have at least {n} elements",
+                         cx.where)
         hi = nn_lowerings.slice_axis(cx, x, a, 1, None, 1)
-        lo = nn_lowerings.slice_axis(cx, x, a, 0, d - 1 if not (isinstance(d, Lit) and
-                                                                 d.value == 0) else 0, 1)
+        lo = nn_lowerings.slice_axis(cx, x, a, 0, d - 1, 1)
         x = cx.apply("ne" if x.dtype is torch.bool else "sub", hi, lo)
     return x
 
@@ -846,7 +853,7 @@ ATEN: dict[str, Callable] = {
     "addcmul": _l_addcmul, "addcdiv": _l_addcdiv,
     "max": _extremum("max"), "min": _extremum("min"), "amin": _l_amin, "diff": _l_diff,
     "index": _l_index, "remainder": _l_remainder, "flip": _l_flip, "repeat": _l_repeat,
-    "reshape_as": _l_reshape_as, "baddbmm": _l_baddbmm,
+    "reshape_as": _l_reshape_as, "view_as": _l_reshape_as, "baddbmm": _l_baddbmm,
     "arange": _l_arange, "full": _l_full, "ones": _const_factory(1), "zeros": _const_factory(0),
     "new_ones": _new_factory(1), "new_zeros": _new_factory(0), "new_empty": _new_factory(None),
     "new_full": _l_new_full, "ones_like": _like_factory(1), "zeros_like": _like_factory(0),
