@@ -394,3 +394,27 @@ def test_on_gpu(test, monkeypatch):
         for values in m.args[1]:
             values = values if len(names) > 1 else (values,)
             test(**dict(zip(names, values)))
+
+
+def _filled(x, v):
+    t = x * 1
+    t.fill_(v)
+    return t
+
+
+@pytest.mark.parametrize("make,fn", [
+    (lambda n: (torch.randn(n, 3),), lambda x: _filled(x, 2.5)),                    # a number
+    (lambda n: (torch.randn(n, 3), torch.tensor(7)), _filled),                      # 0-d, cast
+    (lambda n: (torch.randn(n, 0),), lambda x: _filled(x, 1.0)),                    # zero-size
+    (lambda n: (torch.randn(n, 4)[:, ::2],), lambda x: _filled(x, -1.0)),           # strided in
+    (lambda n: (torch.randn(n, 3).to(torch.int32),), lambda x: _filled(x, 3)),      # int
+], ids=["number", "0d-tensor", "zero-size", "non-contiguous", "int32"])
+def test_fill(make, fn):
+    check(Fn(fn), make, {0: {0: "N"}}, sizes=(3, 1, 0, 5))
+
+
+def test_fill_0d_target_and_bad_value():
+    check(Fn(lambda x: _filled(x, 4.0)), lambda n: (torch.randn(()),), False, sizes=(1,))
+    with pytest.raises(dl.ShapeError, match="0-dimension value tensor"):
+        dl.compile(Fn(_filled), (torch.randn(2, 3), torch.ones(3)), backend="cpu",
+                   fallback=False)
