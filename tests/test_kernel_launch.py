@@ -116,14 +116,16 @@ def test_16bit_tensors(dtype):
 
 def test_residual_dims_chain_matches_module(convpool):
     """Launch the pool, sum and add kernels one after another on the conv output (a library call
-    run here by hand): the params are derived from ``(H + 1) // 2``-style axes."""
+    run here by hand, channels-last as the compiled program runs it: ``passes.channels_last``):
+    the params are derived from ``(H + 1) // 2``-style axes."""
     m, cm = convpool
     p = cm.pipeline
     x = torch.randn(3, 3, 13, 10)
-    c = F.conv2d(x, m.c.weight, stride=2, padding=1)       # the bias is in the pool kernel
+    c = F.conv2d(x, m.c.weight, stride=2, padding=1).permute(0, 2, 3, 1).contiguous()  # [N,H,W,C]
     steps = [s for s in cm.trace(x).steps if s.kind == "kernel"]
     bufs = [c, *(torch.empty(s.shape) for s in steps)]
     pool, tot, add = p.kernels
+    assert pool.body.out.name == "max_pool2d_nhwc" and pool.body.inputs[0].name == "conv2d_nhwc"
     for k, (src, dst), s in zip(p.kernels, zip(bufs, bufs[1:]), steps):
         args = (dst, src) + ((m.c.bias.detach().view(4, 1, 1),) if k is pool else ())
         d = k.check(*args)          # the thunk's own decision for these shapes
@@ -132,10 +134,10 @@ def test_residual_dims_chain_matches_module(convpool):
     torch.testing.assert_close(bufs[-1], cm(x), rtol=0, atol=0)
     torch.testing.assert_close(bufs[-1], m(x), rtol=1e-5, atol=1e-5)
     # the pool output's height disagrees with the conv output's (a consistency check of bindings)
-    with pytest.raises(dl.ShapeMismatch, match=r"out \(%max_pool2d\) axis 2: size 3 != "
-                       r"\(\(\(H \+ 1\) // 2\) \+ 1\) // 2 = 4 \(\(H \+ 1\) // 2 from in0 \(%conv2d\) "
-                       r"axis 2\)"):
-        pool[1, 1](torch.empty(3, 4, 3, 3), c, m.c.bias.detach().view(4, 1, 1))
+    with pytest.raises(dl.ShapeMismatch, match=r"out \(%max_pool2d_nhwc\) axis 1: size 3 != "
+                       r"\(\(\(H \+ 1\) // 2\) \+ 1\) // 2 = 4 \(\(H \+ 1\) // 2 from in0 "
+                       r"\(%conv2d_nhwc\) axis 1\)"):
+        pool[1, 1](torch.empty(3, 3, 3, 4), c, m.c.bias.detach().view(4, 1, 1))
 
 
 def test_two_dynamic_dims():

@@ -48,8 +48,9 @@ def test_batch_norm_folds_into_conv(bias):
     assert names == [p.__name__ for p in PIPELINE]
     rewrite = cm.pipeline.passes[names.index("rewrite")]
     assert any(c.startswith("conv_scale") for c in rewrite.changes), rewrite
-    conv1 = convs[0].out
-    epilogue = [n.op.name for n in g.nodes if conv1 in n.tensor_inputs()]
+    (back,) = [n.out for n in g.nodes if convs[0].out in n.tensor_inputs()]   # NHWC -> NCHW
+    assert back.producer.op.name == "permute"
+    epilogue = [n.op.name for n in g.nodes if back in n.tensor_inputs()]
     assert epilogue == ["add"], epilogue   # bias and BN shift merged into one constant
     if bias:
         assert {c.split(":")[0] for c in rewrite.changes} >= {"shift_scale", "shift_shift"}
@@ -90,7 +91,8 @@ def test_partition_and_epilogue():
     assert part.counts() == {"library": 2, "generated": 3}
     kinds = [s.kind for s in part.steps]
     assert kinds[0] == "library" and kinds[1] == "generated"
-    assert part.steps[1].ops == ("add", "relu")   # bias (folded BN shift) + relu: the epilogue
+    # bias (folded BN shift) + relu: the epilogue, read and written channels-last
+    assert part.steps[1].ops == ("permute", "add", "relu", "permute")
     df = part.to_frame()
     assert list(df.columns) == ["step", "kind", "value", "n_ops", "ops", "launches", "why"]
     assert (df["why"] == "").all()   # why a step runs eagerly: none does here
@@ -150,6 +152,89 @@ def test_fuse_materializes_shared_residual_stream():
     assert len(longest) <= 8, longest   # bounded, not growing with depth
     for n, L in ((1, 5), (3, 7)):
         _close(cm, m, torch.randn(n, L, 16))
+
+
+# --- channels_last: convolutions and pools in NHWC, as permutes in the IR -----------------------
+
+def _layer1():
+    import torchvision
+    torch.manual_seed(0)
+    return torchvision.models.resnet18().layer1.eval()
+
+
+def _nhwc(cm):
+    return [n for n in cm.pipeline.graph.nodes if n.op.name == "conv2d"]
+
+
+def test_channels_last_residual_stream_one_buffer():
+    """ResNet's layer1: every conv reads and writes [N, H, W, C] buffers; a block output read by
+    the next conv and by the next residual add is one NHWC buffer (its other reader goes through
+    the inverse permute), and every epilogue kernel reads the conv output at its own index."""
+    m = _layer1()
+    cm = dl.compile(m, (torch.randn(2, 64, 8, 8),), dynamic=CNN, backend="cpu")
+    g = cm.pipeline.graph
+    convs = _nhwc(cm)
+    assert len(convs) == 4 and all(n.attrs["layout"] == "NHWC" for n in convs)
+    for n in convs:   # [N, H, W, C] in and out, a [O, kh, kw, C] constant weight
+        x, w = n.inputs
+        assert g.dims(x)[3].is_lit(64) and g.dims(n.out)[3].is_lit(64)
+        assert [d.value for d in g.dims(w)] == [64, 3, 3, 64]
+    record = next(r for r in cm.pipeline.passes if r.name == "channels_last")
+    shared = [c for c in record.changes if "other readers" in c]
+    assert len(shared) == 1, record   # block 1's output: conv of block 2 and its residual add
+    mats = {v.name for v in g.materialized()}
+    assert sum(1 for v in mats if v.endswith("_nhwc")) == 3 + 4   # 3 conv operands, 4 results
+    outs = {v.name for v in g.outputs}
+    for k in cm.pipeline.kernels:   # but the last: it writes the NCHW output, a transposition
+        if k.body.out.name in outs:
+            continue
+        src = k.cuda_source
+        assert "/ p" not in src and "% p" not in src, k.name   # no division by a runtime dim
+        assert "in0[t]" in src, k.name   # the conv result read at the kernel's own index
+    for n, h, w in ((1, 8, 8), (3, 5, 7), (2, 12, 6)):
+        _close(cm, m, torch.randn(n, 64, h, w))
+
+
+def test_channels_last_off_and_float64(monkeypatch):
+    m = ConvBN().eval()
+    x = torch.randn(2, 3, 9, 10)
+    monkeypatch.setenv("DLCB_CHANNELS_LAST", "0")
+    off = dl.compile(m, (x,), dynamic=CNN, backend="cpu")
+    assert [n.attrs.get("layout", "NCHW") for n in _nhwc(off)] == ["NCHW"] * 2
+    assert not any(n.op.name == "permute" for n in off.pipeline.graph.nodes)
+    monkeypatch.delenv("DLCB_CHANNELS_LAST")
+    m64 = ConvBN().eval().double()   # cuDNN has no NHWC float64 kernels: left NCHW
+    f64 = dl.compile(m64, (x.double(),), dynamic=CNN, backend="cpu")
+    assert [n.attrs.get("layout", "NCHW") for n in _nhwc(f64)] == ["NCHW"] * 2
+    on = dl.compile(m, (x,), dynamic=CNN, backend="cpu")
+    assert [n.attrs["layout"] for n in _nhwc(on)] == ["NHWC"] * 2
+    for n, h, w in ((1, 9, 10), (3, 4, 17)):
+        xx = torch.randn(n, 3, h, w)
+        torch.testing.assert_close(on(xx), off(xx), rtol=1e-5, atol=1e-5)
+        _close(f64, m64, xx.double())
+
+
+class ConvPools(nn.Module):
+    """Pools between convolutions run NHWC; a pooled value that is also an output stays NCHW."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = F.max_pool2d(self.c1(x).relu(), 3, 2, 1, ceil_mode=True)
+        z = F.avg_pool2d(self.c2(y), 2, ceil_mode=True, count_include_pad=False)
+        return F.adaptive_avg_pool2d(z, (3, 2)), y
+
+
+def test_channels_last_pools():
+    m = ConvPools().eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 11, 9),), dynamic=CNN, backend="cpu")
+    pools = [n for n in cm.pipeline.graph.nodes if n.op.name.endswith("pool2d")]
+    assert sorted(n.op.name for n in pools) == ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
+    assert all(n.attrs["layout"] == "NHWC" for n in pools)
+    for n, h, w in ((1, 11, 9), (3, 6, 13), (2, 17, 5)):
+        _close(cm, m, torch.randn(n, 3, h, w))
 
 
 # --- fx.wrap'd functions, branches and asserts on sizes ---------------------------------------------

@@ -116,7 +116,7 @@ def test_trace_equals_the_call(cm, monkeypatch, n, h, w):
     for o, got in zip(plan.outputs, outs):
         assert o.src is Src.BUFFER
         assert [t.registers[k] for k in plan.buffers[o.index].shape_regs] == list(got.shape)
-    assert t.slots["flatten.shape[1]"] == 4 * h * w and t.slots["conv2d.shape[0]"] == n
+    assert t.slots["flatten.shape[1]"] == 4 * h * w and t.slots["conv2d_nhwc.shape[0]"] == n
 
     lt = cm.trace(x, y)
     assert lt.ok and lt.host.registers == t.registers

@@ -148,7 +148,7 @@ def test_solve_overview_leads_with_derived_dims(pools):
         assert behind == ()            # computed by the ops' shape rules, no binding behind
         assert op.startswith(("conv2d", "max_pool2d", "relu", "add"))
         assert n == sum(1 for nd in p.graph.nodes for d in p.graph.dims(nd.out) if d is e)
-    assert re.search(r"conv2d &#x27;conv2d&#x27; at models.py:\d+ in forward: y = self.conv\(x\)",
+    assert re.search(r"conv2d &#x27;conv2d_nhwc&#x27; at models.py:\d+ in forward: y = self.conv\(x\)",
                      derived)                                       # the first one: the conv's
     assert "(H + 1) // 2" in text_of(derived)
     assert "none: every constraint reduced" in text_of(_section(h, r"Residual checks \(0\)"))

@@ -146,6 +146,18 @@ class Graph(Rich):
         self.nodes.append(node)
         return out
 
+    def restate(self, node: Node, opname: str, inputs: tuple, attrs: Mapping[str, Any],
+                dims: Iterable[Expr], name: str) -> Value:
+        """Append ``opname(*inputs, **attrs)`` computing what ``node`` computes on re-arranged
+        operands, with result shape ``dims`` (``node``'s, re-arranged) and ``node``'s dtypes and
+        source line; no constraint is added: the solver checked ``node`` already (a pass
+        re-expressing it, ``passes.channels_last``)."""
+        out = Value(self._new_id(), name, shape(dims), node.out.dtype)
+        out.producer = Node(len(self.nodes), OPS[opname], tuple(inputs), dict(attrs), out,
+                            node.where, node.compute_dtype)
+        self.nodes.append(out.producer)
+        return out
+
     def set_outputs(self, values: Iterable[Value]) -> None:
         self.outputs = list(values)
 

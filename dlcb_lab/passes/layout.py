@@ -1,14 +1,27 @@
-"""Layout assignment: every value is a row-major buffer (materialized: a graph input, a library or
-reduction result, a graph output, or a library operand's base), a view of another value (a pure
-coordinate transform, applied by the host when a library op reads it), or inlined (recomputed by
-each kernel that reads it). Buffers are contiguous with strides given as dimension expressions."""
+"""Layouts. ``channels_last`` runs convolutions in NHWC; ``assign_layouts`` records, for every
+value, whether it is a row-major buffer (materialized: a graph input, a library or reduction
+result, a graph output, or a library operand's base), a view of another value (a pure coordinate
+transform, applied by the host when a library op reads it), or inlined (recomputed by each kernel
+that reads it). Buffers are contiguous with strides given as dimension expressions.
+
+There is one buffer layout, row-major: a layout change is a ``permute`` in the IR, which kernels
+fuse like any coordinate transform and which cancels against its inverse (``rewrite``'s
+``permute_of_permute``). So channels-last needs no strided buffers, no second indexing scheme and
+no layout in the kernel ABI: a convolution reads and writes [N, H, W, C] buffers, and the kernels
+around it read those through permutes."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+import torch
+
 from ..dims import Expr, lit
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Value
+from ..ir.ops import OPS, OpKind
+from .core import uses
+from .rewrite import REWRITES, rewrite
 
 
 @dataclass(frozen=True)
@@ -48,3 +61,81 @@ def assign_layouts(g: Graph, log: list[str]) -> Graph:
                                                                            "inlined")}
     log.append(", ".join(f"{n} {k}" for k, n in counts.items()))
     return g
+
+
+NHWC, NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+CHANNELS_LAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""Convolutions in these dtypes run channels-last (cuDNN has no NHWC float64 kernels)."""
+
+POOLS = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")
+"""Window reductions that run NHWC beside the convolutions (their kernels then read and write
+[N, H, W, C] buffers, coalesced along C)."""
+
+_SIMPLIFY = [(name, rule) for name, rule in REWRITES
+             if name in ("identity", "permute_of_permute")]
+
+
+def channels_last(g: Graph, log: list[str]) -> Graph:
+    """Run every float convolution in NHWC, the layout cuDNN's tensor-core kernels read and write
+    (NCHW operands cost them a transposition each way: 64 per ResNet-50 call on the H200), and
+    the pooling windows between them (``POOLS``).
+
+    ``conv2d(x, W)`` becomes ``permute(conv2d(permute(x, NHWC), permute(W, NHWC), layout="NHWC"),
+    NCHW)``; the weight's permute folds to a constant (``fold_constants``, next); permutes
+    compose and cancel (a convolution feeding a convolution reads its [N, H, W, C] result
+    directly). An operand computed by generated code (a BN/activation epilogue, a residual add)
+    is then materialized in NHWC order: its kernel writes [N, H, W, C] and every other reader of
+    the NCHW value reads that buffer through the inverse permute, so one buffer serves both (a
+    residual stream). The decision is by graph, not by shape: it holds for every batch size and
+    resolution the compile serves (measured per model and batch: README). Expects batch norm
+    already folded (``rewrite``). Leaves: float ``conv2d`` nodes with ``layout="NHWC"``;
+    ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
+    if os.environ.get("DLCB_CHANNELS_LAST", "1") == "0":
+        log.append("off (DLCB_CHANNELS_LAST=0)")
+        return g
+    convs = [n for n in g.nodes if n.op.name == "conv2d" and n.out.dtype in CHANNELS_LAST_DTYPES
+             and n.attrs.get("layout", "NCHW") == "NCHW"]
+    pools = [n for n in g.nodes if n.op.name in POOLS and n.out.rank == 4 and
+             n.attrs.get("layout", "NCHW") == "NCHW"] if convs else []
+    made: dict[tuple[int, tuple[int, ...]], Value] = {}
+    for n in [n for n in g.nodes if n in convs or n in pools]:
+        ins = [_permute(g, x, NHWC, made) for x in n.inputs]   # conv: input and weight
+        y = g.restate(n, n.op.name, ins, {**n.attrs, "layout": "NHWC"},
+                      [n.out.shape[i] for i in NHWC], f"{n.out.name}_nhwc")
+        g.nodes.insert(g.nodes.index(n), g.nodes.pop())
+        n.op, n.inputs, n.attrs = OPS["permute"], (y,), {"dims": NCHW}
+        log.append(f"%{n.out.name}: {y.producer.op.name} in NHWC (%{y.name})")
+    rewrite(g, log, _SIMPLIFY)
+    use = uses(g)
+    for n in [n for n in g.nodes if n.op.name == "conv2d" and n.attrs.get("layout") == "NHWC"]:
+        xp = n.inputs[0]
+        p = xp.producer
+        if p is None or p.op.name != "permute" or xp.id in g.materialize:
+            continue
+        v = p.inputs[0]
+        if v.producer is None or v.producer.op.kind.materialized or \
+                v.producer.op.kind is OpKind.LIBRARY or v in g.outputs:
+            continue   # an input, or a buffer already: the host hands cuDNN a permuted view
+        g.materialize.add(xp.id)
+        others = [u for u in use.get(v.id, ()) if u is not p]
+        if others:
+            dims = [int(d) % 4 for d in p.attrs["dims"]]
+            back = _permute(g, xp, tuple(dims.index(i) for i in range(4)), made)
+            for u in others:
+                u.inputs = tuple(back if a is v else a for a in u.inputs)
+        log.append(f"%{xp.name}: operand of %{n.out.name} materialized in NHWC"
+                   + (f" ({len(others)} other readers of %{v.name} read it)" if others else ""))
+        use = uses(g)
+    return rewrite(g, log, _SIMPLIFY)
+
+
+def _permute(g: Graph, x: Value, dims: tuple[int, ...], made: dict) -> Value:
+    """``permute(x, dims)``, one node per (value, dims), placed right after ``x``'s producer
+    (first, for an input), so it precedes every reader of ``x``."""
+    key = (x.id, dims)
+    if key not in made:
+        tag = "nhwc" if dims == NHWC else "nchw"
+        made[key] = g.apply("permute", x, dims=dims, name=f"{x.name}_{tag}")
+        at = 0 if x.producer is None else g.nodes.index(x.producer) + 1
+        g.nodes.insert(at, g.nodes.pop())
+    return made[key]

@@ -148,6 +148,20 @@ def _slice_of_slice(g: Graph, n: Node, use: dict) -> str | None:
     return f"%{n.out.name}: slice of slice %{x.name} -> one slice"
 
 
+def _permute_of_permute(g: Graph, n: Node, use: dict) -> str | None:
+    """permute(permute(x, p), q)  ->  permute(x, [p[i] for i in q])   (identity: removed next)"""
+    if n.op.name != "permute":
+        return None
+    x = n.inputs[0]
+    inner = x.producer
+    if inner is None or inner.op.name != "permute" or x.id in g.materialize:
+        return None   # a materialized permute is a buffer (channels_last): read it, not its input
+    p = [int(d) % x.rank for d in inner.attrs["dims"]]
+    n.inputs = inner.inputs
+    n.attrs = dict(n.attrs, dims=tuple(p[int(i) % x.rank] for i in n.attrs["dims"]))
+    return f"%{n.out.name}: permute of permute %{x.name} -> one permute"
+
+
 def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     """linear(permute(x, d), W)  ->  permute(linear(x, W), d)   (d keeps the last axis in place)
 
@@ -176,6 +190,7 @@ REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
     ("slice_of_slice", _slice_of_slice),        # slice(slice(x)) on one axis -> slice(x)
+    ("permute_of_permute", _permute_of_permute),  # permute(permute(x)) -> permute(x)
     ("shift_scale", _shift_scale),              # (y + c) * s  ->  y * s + c * s
     ("conv_scale", _conv_scale),                # conv2d(x, W) * s  ->  conv2d(x, W * s)
     ("shift_shift", _shift_shift),              # (y + a) + b  ->  y + (a + b)
@@ -183,14 +198,14 @@ REWRITES: list[tuple[str, Rule]] = [
 ]
 
 
-def rewrite(g: Graph, log: list[str]) -> Graph:
-    """Apply ``REWRITES`` until none applies (each rule keeps shapes, dtypes and values of the
-    graph outputs). Leaves: no rule matches."""
+def rewrite(g: Graph, log: list[str], rules: list[tuple[str, Rule]] | None = None) -> Graph:
+    """Apply ``rules`` (default ``REWRITES``) until none applies (each rule keeps shapes, dtypes
+    and values of the graph outputs). Leaves: no rule matches."""
     changed = True
     rounds = 0
     while changed and rounds < 50:
         changed, rounds = False, rounds + 1
-        for name, rule in REWRITES:
+        for name, rule in REWRITES if rules is None else rules:
             use = uses(g)
             for n in list(g.nodes):
                 if n not in g.nodes:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ...dims import Expr, Lit, Shape, shape
+from ...dims import Expr, Lit, Shape, lit, shape
 from ...errors import ShapeError, UnsupportedOp
 from .core import OpDef, OpKind, register
 from .elementwise import broadcast_dims
@@ -36,6 +36,16 @@ def _rng(n: int) -> torch.Generator:
 
 
 # --- conv2d (bias separate) -------------------------------------------------------------------
+#
+# ``layout`` "NCHW" (as torch): input [N, C, H, W], weight [O, C/g, kh, kw], result [N, O, H', W'];
+# "NHWC" (``passes.channels_last``): input [N, H, W, C], weight [O, kh, kw, C/g], result
+# [N, H', W', O], each row-major: the reference hands cuDNN/oneDNN channels-last tensors (the
+# permuted views below), which it reads and writes without a layout conversion.
+
+CONV_AXES = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}
+"""Per layout, the positions of (N, C, H, W) in the input and result and of (O, C/g, kh, kw) in
+the weight."""
+
 
 def _infer_conv(g: "Graph", node: "Node") -> Shape:
     x, w = node.inputs
@@ -43,10 +53,12 @@ def _infer_conv(g: "Graph", node: "Node") -> Shape:
         raise ShapeError(f"conv2d needs a rank-4 input and weight, got ranks {x.rank}, {w.rank}")
     a = node.attrs
     groups = a["groups"]
-    n, c, h, wd = g.dims(x)
-    o, ci, kh, kw = g.dims(w)
-    g.constrain(c, ci * groups, node, f"input channels (axis 1) == weight axis 1 x groups "
-                                      f"{groups}")
+    axes = CONV_AXES[a.get("layout", "NCHW")]
+    dx, dw = g.dims(x), g.dims(w)
+    n, c, h, wd = (dx[i] for i in axes)
+    o, ci, kh, kw = (dw[i] for i in axes)
+    g.constrain(c, ci * groups, node, f"input channels (axis {axes[1]}) == weight axis "
+                                      f"{axes[1]} x groups {groups}")
     if _literal(o, "output channels") % groups:
         raise ShapeError(f"{o!r} output channels not divisible by groups {groups}")
     k = (_literal(kh, "kernel height"), _literal(kw, "kernel width"))
@@ -59,12 +71,19 @@ def _infer_conv(g: "Graph", node: "Node") -> Shape:
         else:
             dims.append(pool_extent(g, node, g.solver.resolve(d), k[i], a["stride"][i],
                                     a["padding"][i], a["dilation"][i], False,
-                                    f"axis {2 + i} ({name})"))
-    return shape(dims)
+                                    f"axis {axes[2 + i]} ({name})"))
+    out = [lit(0)] * 4
+    for i, d in zip(axes, dims):
+        out[i] = d
+    return shape(out)
 
 
-def _ref_conv(x, w, stride, padding, dilation, groups):
-    return F.conv2d(x, w, None, stride, padding, dilation, groups)
+def _ref_conv(x, w, stride, padding, dilation, groups, layout="NCHW"):
+    if layout == "NCHW":
+        return F.conv2d(x, w, None, stride, padding, dilation, groups)
+    y = F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), None, stride, padding, dilation,
+                 groups)
+    return y.permute(0, 2, 3, 1)
 
 
 def _sample_conv(n: int):

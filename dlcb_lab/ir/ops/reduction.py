@@ -131,6 +131,22 @@ def _pool_params(node: "Node"):
             _pair(a.get("dilation", 1)), a["ceil_mode"])
 
 
+def spatial_axes(node: "Node", rank: int) -> tuple[int, int]:
+    """The (H, W) axes of a pooling op's input and result: the last two, or (1, 2) when its
+    ``layout`` is "NHWC" (``passes.channels_last``: [N, H, W, C], a rank-4 input)."""
+    return (1, 2) if node.attrs.get("layout", "NCHW") == "NHWC" else (rank - 2, rank - 1)
+
+
+def layout_reference(ref):
+    """``ref`` (an NCHW pooling reference) taking ``layout="NHWC"`` operands too."""
+    def run(x, *args, layout: str = "NCHW", **kwargs):
+        if layout == "NCHW":
+            return ref(x, *args, **kwargs)
+        return ref(x.permute(0, 3, 1, 2), *args, **kwargs).permute(0, 2, 3, 1)
+    run.__doc__ = ref.__doc__
+    return run
+
+
 def infer_pool(g: "Graph", node: "Node") -> Shape:
     (x,) = node.inputs
     if x.rank not in (3, 4):
@@ -139,8 +155,7 @@ def infer_pool(g: "Graph", node: "Node") -> Shape:
     if any(2 * p[i] > k[i] for i in range(2)):
         raise ShapeError(f"padding {p} exceeds half the kernel {k}")
     dims = list(g.dims(x))
-    for i, name in ((0, "H"), (1, "W")):
-        a = x.rank - 2 + i
+    for i, (a, name) in enumerate(zip(spatial_axes(node, x.rank), ("H", "W"))):
         dims[a] = pool_extent(g, node, dims[a], k[i], s[i], p[i], dil[i], ceil,
                               f"axis {a} ({name})")
     return shape(dims)
@@ -151,10 +166,10 @@ def _reverse_pool(g: "Graph", node: "Node", coords: Coords, *, loops: Coords = (
     (x,) = node.inputs
     k, s, p, dil, ceil = _pool_params(node)
     out = list(coords)
-    r = x.rank
-    for i in range(2):
-        out[r - 2 + i] = coords[r - 2 + i] * s[i] - p[i] + loops[i] * dil[i]
-    return [in_bounds(out, g.dims(x), (r - 2, r - 1))]
+    axes = spatial_axes(node, x.rank)
+    for i, a in enumerate(axes):
+        out[a] = coords[a] * s[i] - p[i] + loops[i] * dil[i]
+    return [in_bounds(out, g.dims(x), axes)]
 
 
 def _window_pool(g: "Graph", node: "Node", coords: Coords) -> Window:
@@ -168,9 +183,9 @@ def _window_pool(g: "Graph", node: "Node", coords: Coords) -> Window:
         count = lit(k[0] * k[1])
         if ceil:   # torch clips the last window at the padded extent
             (x,) = node.inputs
-            dims, r = g.dims(x), x.rank
-            count = _clipped_count(dims[r - 2], coords[r - 2], k[0], s[0], p[0]) * \
-                _clipped_count(dims[r - 1], coords[r - 1], k[1], s[1], p[1])
+            dims, (h, w) = g.dims(x), spatial_axes(node, x.rank)
+            count = _clipped_count(dims[h], coords[h], k[0], s[0], p[0]) * \
+                _clipped_count(dims[w], coords[w], k[1], s[1], p[1])
     else:
         count = None   # the elements in the input
     return Window((lit(k[0]), lit(k[1])), (lit(k[0]), lit(k[1])), count)
@@ -202,11 +217,12 @@ def _ref_avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad=
                         divisor_override)
 
 
-_register("max_pool2d", Reduction(Combine.MAX), infer_pool, _reverse_pool, _ref_max_pool,
+_register("max_pool2d", Reduction(Combine.MAX), infer_pool, _reverse_pool,
+          layout_reference(_ref_max_pool),
           _window_pool, _sample_pool(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1),
                                      dilation=(1, 1), ceil_mode=True))
 _register("avg_pool2d", Reduction(Combine.SUM, mean=True), infer_pool, _reverse_pool,
-          _ref_avg_pool, _window_pool,
+          layout_reference(_ref_avg_pool), _window_pool,
           _sample_pool(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=False,
                        count_include_pad=False, divisor_override=None))
 
@@ -219,8 +235,7 @@ def _infer_adaptive(g: "Graph", node: "Node") -> Shape:
     if x.rank not in (3, 4):
         raise ShapeError(f"adaptive pooling needs a rank-3 or rank-4 input, got rank {x.rank}")
     dims = list(g.dims(x))
-    for i, o in enumerate(node.attrs["output_size"]):
-        a = x.rank - 2 + i
+    for a, o in zip(spatial_axes(node, x.rank), node.attrs["output_size"]):
         g.require(dims[a] - 1, node, f"axis {a} of extent {dims[a]!r} is not empty")
         if o is not None:   # None: the input's extent (a window of one element)
             dims[a] = lit(o)
@@ -236,8 +251,7 @@ def _window_adaptive(g: "Graph", node: "Node", coords: Coords) -> Window:
     (x,) = node.inputs
     dims = g.dims(x)
     ext, bounds = [], []
-    for i, n_out in enumerate(node.attrs["output_size"]):
-        a = x.rank - 2 + i
+    for a, n_out in zip(spatial_axes(node, x.rank), node.attrs["output_size"]):
         if n_out is None:
             ext.append(lit(1))
             bounds.append(lit(1))
@@ -253,8 +267,7 @@ def _reverse_adaptive(g: "Graph", node: "Node", coords: Coords, *, loops: Coords
     (x,) = node.inputs
     dims = g.dims(x)
     out = list(coords)
-    for i, n_out in enumerate(node.attrs["output_size"]):
-        a = x.rank - 2 + i
+    for i, (a, n_out) in enumerate(zip(spatial_axes(node, x.rank), node.attrs["output_size"])):
         out[a] = coords[a] + loops[i] if n_out is None else \
             _adaptive_bounds(dims[a], coords[a], n_out)[0] + loops[i]
     return [out]
@@ -265,7 +278,7 @@ def _ref_adaptive(x, output_size):
 
 
 _register("adaptive_avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_adaptive,
-          _reverse_adaptive, _ref_adaptive, _window_adaptive,
+          _reverse_adaptive, layout_reference(_ref_adaptive), _window_adaptive,
           _sample_pool(output_size=(4, 3)))
 
 
