@@ -113,6 +113,10 @@ DIVMOD_EXAMPLES = {
                   (FloorDiv, A * 24 + 30, lit(24), A + 1)],
     "split_mod": [(Mod, A * 24 + B, lit(24), B % 24), (Mod, A * P + B, P, B % P),
                   (Mod, A * 24 + 30, lit(24), lit(6)), (Mod, A + B, P, None)],
+    "common_factor": [(FloorDiv, A * 8 + 4, lit(32), (2 * A + 1) // 8),
+                      (Mod, A * 8 + B * 4, lit(24), ((2 * A + B) % 6) * 4),
+                      (FloorDiv, A * 6, P * 4, (A * 3) // (P * 2)),
+                      (Mod, A * 8 + 3, lit(32), None)],
 }
 
 ENVS = [dict(zip(("tr_a", "tr_b", "tr_c", "tr_p"), vals))
@@ -148,7 +152,10 @@ BOUNDS_EXAMPLES = {
     "drop_small": [((16 * N + C1) // 256, {"tr_c1": lit(16)}, (16 * N) // 256),
                    ((16 * N + C1) % 256, {"tr_c1": lit(16)}, (16 * N) % 256 + C1),
                    ((16 * N + C1) // 256, {"tr_c1": lit(17)}, None),
-                   ((12 * N + C1) // 8, {"tr_c1": lit(4)}, (12 * N) // 8)],
+                   ((12 * N + C1) // 8, {"tr_c1": lit(4)}, (12 * N) // 8),
+                   ((2 * N + 1) // 8, {"tr_c1": lit(1)}, N // 4),          # the constant
+                   ((2 * N + 1) % 8, {"tr_c1": lit(1)}, 2 * (N % 4) + 1),
+                   ((2 * N + 3) // 8, {"tr_c1": lit(1)}, None)],           # 3 >= 2
     "drop_small_symbolic": [((4 * C1 + 3) // (4 * N), {"tr_c1": 2 * N}, C1 // N),
                             ((4 * C1 + 3) % (4 * N), {"tr_c1": 2 * N}, 4 * (C1 % N) + 3),
                             ((4 * C1 + 5) // (4 * N), {"tr_c1": 2 * N}, None),   # 5 >= 4

@@ -96,6 +96,9 @@ def _case(name: str):
     return m, lambda n: _sampled(name, n), {i: d for i, d in dyn.items() if d}
 
 
+LAYOUTS = {"conv2d": "NHWC", "sdpa": "NLHD"}   # passes.channels_last, rewrite's sdpa_heads_inner
+
+
 @pytest.mark.parametrize("name", sorted(set(OPS) - {"eager"}))
 def test_op_matches_its_reference(name):
     """``eager`` is excluded: it is the fallback for ATen nodes without a lowering, so no torch
@@ -103,11 +106,11 @@ def test_op_matches_its_reference(name):
     m, operands, dyn = _case(name)
     cm = dl.compile(m, operands(2), dynamic=dyn, backend="cpu")
     nodes = cm.pipeline.graph.nodes
-    if name == "conv2d":   # channels-last: the op between permutes of its operands (a pool
-        #                   alone stays NCHW: it runs NHWC only beside convolutions)
+    if name in LAYOUTS:   # the op in its library's layout, between permutes (a pool alone
+        #                  stays NCHW: it runs NHWC only beside convolutions)
         assert all(n.op.name == "permute" for n in nodes if n.op.name != name)
         nodes = [n for n in nodes if n.op.name == name]
-        assert [n.attrs["layout"] for n in nodes] == ["NHWC"]
+        assert [n.attrs["layout"] for n in nodes] == [LAYOUTS[name]]
     assert [n.op.name for n in nodes] == [name]
     for n in (1, 4, 9):
         ins = operands(n)

@@ -237,6 +237,77 @@ def test_channels_last_pools():
         _close(cm, m, torch.randn(n, 3, h, w))
 
 
+# --- library operands: one strided view per view chain; attention without copies ---------------
+
+class ViewedMatmul(nn.Module):
+    def __init__(self, view, k: int):
+        super().__init__()
+        self.view = view
+        self.w = nn.Parameter(torch.randn(k, 3))
+
+    def forward(self, x):
+        return torch.matmul(self.view(x), self.w)
+
+
+VIEW_CHAINS = {   # name: (view of x [N, 3, 4, 8], its last extent, one strided view?)
+    "permute": (lambda x: x.permute(0, 2, 1, 3), 8, True),
+    "slice_step": (lambda x: x[:, 1:, ::2], 8, True),
+    "split": (lambda x: x.reshape(x.shape[0], 3, 2, 2, 8), 8, True),
+    "expand": (lambda x: x[:, :1].expand(-1, 5, -1, -1), 8, True),
+    "heads": (lambda x: x.reshape(x.shape[0], 12, 2, 4)[:, :, 1].transpose(1, 2), 12, True),
+    "merge_after_permute": (lambda x: x.permute(0, 2, 1, 3).reshape(x.shape[0], 4, 24), 24,
+                            False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_CHAINS))
+def test_library_operand_strided_view(name):
+    """A view chain whose composed index map is affine reaches the library as one
+    ``as_strided`` view of its base (never a copy); else torch applies the chain."""
+    view, k, strided = VIEW_CHAINS[name]
+    torch.manual_seed(0)
+    m = ViewedMatmul(view, k)
+    cm = dl.compile(m, (torch.randn(2, 3, 4, 8),), dynamic={0: {0: "N"}}, backend="cpu")
+    (call,) = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
+    views = [v.name for v in call.operands[0][1]]
+    assert (views == ["as_strided"]) == strided, views
+    for n in (1, 3, 5):
+        _close(cm, m, torch.randn(n, 3, 4, 8))
+
+
+class MHA(nn.Module):
+    """ViT's attention: batch-first tokens through nn.MultiheadAttention (export decomposes it:
+    in-projection, heads split by reshape/permute/slice, sdpa, heads merged, out-projection)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def test_attention_operands_are_views():
+    """q, k, v reach sdpa as strided views of the in-projection; sdpa runs as [N, L, H, D] (the
+    CUDA kernels' memory order) and the out-projection reads that buffer through a view: no
+    copy of any operand, whatever N and L."""
+    torch.manual_seed(0)
+    m = MHA().eval()
+    cm = dl.compile(m, (torch.randn(2, 5, 16),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    calls = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
+    assert [st.op.name for st in calls] == ["linear", "sdpa", "linear"]
+    assert dict(calls[1].attrs)["layout"] == "NLHD"
+    for st in calls:
+        for _, views in st.operands:
+            assert [v.name for v in views] in ([], ["as_strided"]), (st.op.name, views)
+    changes = {c.split(":")[0] for p in cm.pipeline.passes if p.name == "rewrite"
+               for c in p.changes}
+    assert {"sdpa_heads_inner", "linear_of_row_merge", "reshape_of_permute",
+            "linear_of_permute"} <= changes
+    for n, L in ((1, 5), (3, 7), (2, 1)):
+        _close(cm, m, torch.randn(n, L, 16))
+
+
 # --- fx.wrap'd functions, branches and asserts on sizes ---------------------------------------------
 
 @torch.fx.wrap

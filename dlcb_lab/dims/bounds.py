@@ -224,8 +224,9 @@ def _r_mod_in_range(e, b):
 
 def _split_small(e, b):
     """For ``num // d`` or ``num % d`` (``d`` a positive literal): ``(rest, small, g)`` with
-    ``num = rest + small``, ``small`` one term ``c*v`` over a bounded variable with
-    ``0 <= small < g``, and ``g > 1`` dividing both ``d`` and every coefficient of ``rest``."""
+    ``num = rest + small``, ``small`` one term ``c*v`` over a bounded variable, or the constant,
+    with ``0 <= small < g``, and ``g > 1`` dividing both ``d`` and every coefficient of ``rest``
+    (``(2*v + 1) // 8 -> 2*v // 8``, which is ``v // 4``)."""
     if not isinstance(e, (FloorDiv, Mod)) or not isinstance(e.den, Lit) or e.den.value <= 0 or \
             not isinstance(e.num, Sum):
         return None
@@ -235,7 +236,10 @@ def _split_small(e, b):
             g = math.gcd(e.den.value, gcd_of(rest))
             if g > 1 and in_range(m * c, lit(g), b):
                 return rest, m * c, g
-    return None
+    k = e.num.const
+    rest = e.num - k
+    g = math.gcd(e.den.value, gcd_of(rest))
+    return (rest, lit(k), g) if 0 < k < g else None
 
 
 def _r_drop_small(e, b):

@@ -645,6 +645,17 @@ def _r_mod_of_mod(kind, num, den):
     return None
 
 
+def _r_common_factor(kind, num, den):
+    dm = _monomial(den)
+    g = math.gcd(gcd_of(num), dm[0]) if dm is not None else 1
+    if g <= 1:
+        return None
+    const, terms = _as_poly(num)
+    num = _poly_to_expr((const // g, {m: c // g for m, c in terms.items()}))
+    den = lit(dm[0] // g) if dm[1] is _ONE else _poly_to_expr((0, {dm[1]: dm[0] // g}))
+    return _divmod(num, den, FloorDiv) if kind is FloorDiv else _divmod(num, den, Mod) * g
+
+
 def _r_split_div(kind, num, den):
     if kind is FloorDiv and not isinstance(num, (Var, FloorDiv, Mod)):
         qr = _split(num, den)
@@ -669,6 +680,8 @@ DIVMOD_RULES: list[tuple[str, str, Callable[[type, Expr, Expr], Expr | None]]] =
     ("mod_of_mod", "(x % (k*d)) % d  ->  x % d", _r_mod_of_mod),
     ("split_div", "(q*d + r) // d  ->  q + r // d", _r_split_div),
     ("split_mod", "(q*d + r) % d  ->  r % d", _r_split_mod),
+    ("common_factor", "(g*x) // (g*d)  ->  x // d;  (g*x) % (g*d)  ->  g*(x % d)   (g > 1 an "
+     "integer dividing every coefficient)", _r_common_factor),
 ]
 """Div/mod rewrites applied on construction, highest priority first: ``fn(kind, num, den)``
 (``kind`` is ``FloorDiv`` or ``Mod``, ``den`` not a non-positive literal) returns the canonical

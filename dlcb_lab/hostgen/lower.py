@@ -22,12 +22,13 @@ from typing import Any, Sequence, Union
 
 import torch
 
-from ..dims import Expr, Lit, Var
+from ..dims import Expr, Lit, Var, lit, simplify_bounded, var
+from ..dims.bounds import nonneg
 from ..dims.bind import BindPlan, Source, plan_binding
 from ..display import Rich
 from ..errors import BuildError, DLError, ShapeError
 from ..ir.graph import Graph, Value
-from ..ir.ops import OpDef
+from ..ir.ops import Guarded, OpDef, linear_index
 from ..kgen.abi import abi
 from ..kgen.kir import KernelBody
 from ..passes.partition import steps as partition_steps
@@ -115,10 +116,23 @@ def _has_reg(template: Any) -> bool:
 @dataclass(frozen=True)
 class View(_Attributes):
     """A coordinate transform applied to a library operand at call time (``op.reference`` with
-    ``attrs``; ``Reg`` entries are filled from the registers): a view, or a copy torch makes."""
+    ``attrs``; ``Reg`` entries are filled from the registers): a view, or a copy torch makes.
+    With ``op`` None, a whole view chain as one ``as_strided`` view of the base buffer
+    (``attrs``: size, stride, storage_offset): never a copy (``strided_view``)."""
 
-    op: OpDef
+    op: OpDef | None
     attrs: tuple[tuple[str, Any], ...]
+
+    @property
+    def name(self) -> str:
+        return self.op.name if self.op is not None else "as_strided"
+
+    def apply(self, t: torch.Tensor, r: Sequence[int]) -> torch.Tensor:
+        kw = self.kwargs(r)
+        if self.op is None:
+            return t.as_strided(kw["size"], kw["stride"],
+                                t.storage_offset() + kw["storage_offset"])
+        return self.op.reference(t, **kw)
 
 
 @dataclass(frozen=True)
@@ -326,12 +340,44 @@ def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: di
                         bound, tuple(checks))
 
 
+def strided_view(g: Graph, x: Value, base: Value, chain: Sequence) -> tuple | None:
+    """``x``, the view ``chain`` (coordinate transforms) applied to the row-major ``base``, as
+    ``(size, stride, storage_offset)`` of one strided view of ``base`` (dimension expressions),
+    when the composed index map is affine in ``x``'s coordinates with non-negative strides: the
+    reverse transforms composed and simplified against the coordinate bounds, as kgen does for a
+    load. A reshape merging axes a permute separated is not (None): torch copies there. ViT's
+    q/k/v (in-projection rows reshaped, permuted, sliced, reshaped into heads) are: three copies
+    per layer fewer."""
+    dims = g.dims(x)
+    cs = [var(f"_v{k}", 2) for k in range(len(dims))]
+    bounds = {c.name: d for c, d in zip(cs, dims)}
+    coords: Any = cs
+    for n in reversed(chain):
+        (coords,) = n.op.reverse(g, n, coords)
+        if isinstance(coords, Guarded):
+            return None
+        coords = [simplify_bounded(c, bounds) for c in coords]
+    idx = simplify_bounded(linear_index(coords, g.dims(base)), bounds)
+    zero = {c: lit(0) for c in cs}
+    offset = idx.subs(zero)
+    strides = [idx.subs({**zero, c: lit(1)}) - offset for c in cs]
+    if offset + sum((s * c for s, c in zip(strides, cs)), lit(0)) is not idx or \
+            any(not nonneg(s) for s in strides):
+        return None
+    return tuple(dims), tuple(strides), offset
+
+
 def _library_call(g: Graph, hb: HostBuilder, node, operand, out: int) -> LibraryCall:
     ops = []
     for x in node.tensor_inputs():
         base, chain = g.view_chain(x)
-        views = tuple(View(n.op, tuple((k, _attr_template(g, hb, a)) for k, a in n.attrs.items()))
-                      for n in chain)
+        strided = strided_view(g, x, base, chain) if chain else None
+        if strided is not None:
+            views = (View(None, tuple((k, _attr_template(g, hb, a)) for k, a in
+                                      zip(("size", "stride", "storage_offset"), strided))),)
+        else:
+            views = tuple(View(n.op, tuple((k, _attr_template(g, hb, a))
+                                           for k, a in n.attrs.items())) for n in chain)
         ops.append((operand(base), views))
     attrs = tuple((k, _attr_template(g, hb, a)) for k, a in node.attrs.items())
     return LibraryCall(node.op, tuple(ops), attrs, out)

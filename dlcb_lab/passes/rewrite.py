@@ -14,9 +14,10 @@ from typing import Callable
 
 import torch
 
-from ..dims import as_expr
+from ..dims import as_expr, prod
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import OPS, infer_dtypes, is_scalar
+from ..ir.ops.library import SDPA_NLHD
 from .core import constant_of, replace_value, uses
 
 Rule = Callable[[Graph, Node, dict], "str | None"]
@@ -162,6 +163,65 @@ def _permute_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     return f"%{n.out.name}: permute of permute %{x.name} -> one permute"
 
 
+def _linear_of_row_merge(g: Graph, n: Node, use: dict) -> str | None:
+    """linear(reshape(y, [*R, K]), W)  ->  reshape(linear(reshape(y, [*Y, K]), W), [*R, O])
+    (y = [*Y, *T] with T's axes merging into K, Y re-grouped into R)
+
+    A linear acts on each row alone and both reshapes keep the rows in order, so the regrouping
+    of rows moves past it; a permute of y's row axes can then move too (``reshape_of_permute``,
+    ``linear_of_permute``). nn.MultiheadAttention's ``attn.permute(2, 0, 1, 3).reshape(L*N, E)``
+    before the output projection is a copy; this way the projection reads the attention
+    result where it lies."""
+    if n.op.name != "linear":
+        return None
+    x, w = n.inputs
+    r = x.producer
+    if r is None or r.op.name != "reshape" or x.id in g.materialize:
+        return None
+    y = r.inputs[0]
+    dy, dx = g.dims(y), g.dims(x)
+    j = next((j for j in range(len(dy) - 1, 0, -1) if prod(dy[j:]) is dx[-1]), None)
+    if j is None or list(dy[:j]) == list(dx[:-1]):
+        return None
+    inner = _before(g, n, g.restate(r, "reshape", (y,), {"shape": (*dy[:j], dx[-1])},
+                                     (*dy[:j], dx[-1]), f"{x.name}_rows"))
+    out = g.dims(n.out)
+    rows = _before(g, n, g.restate(n, "linear", (inner, w), n.attrs, (*dy[:j], out[-1]),
+                                   f"{n.out.name}_rows"))
+    n.op, n.inputs, n.attrs = OPS["reshape"], (rows,), {"shape": tuple(out)}
+    return f"%{n.out.name}: linear of row-merged %{x.name} -> rows regrouped after linear " \
+           f"%{rows.name}"
+
+
+def _reshape_of_permute(g: Graph, n: Node, use: dict) -> str | None:
+    """reshape(permute(x, p), [*P, M])  ->  permute(reshape(x, [*X, M]), [*p[:k], k])
+    (the reshape merges the last axes k.. of the permute, which p keeps in place)"""
+    if n.op.name != "reshape":
+        return None
+    y = n.inputs[0]
+    pn = y.producer
+    if pn is None or pn.op.name != "permute" or y.id in g.materialize:
+        return None
+    p = [int(d) % y.rank for d in pn.attrs["dims"]]
+    dy, dn = g.dims(y), g.dims(n.out)
+    k = len(dn) - 1
+    if k < 1 or y.rank - k < 2 or any(p[i] != i for i in range(k, y.rank)) or \
+            list(dn[:-1]) != list(dy[:k]) or prod(dy[k:]) is not dn[-1]:
+        return None
+    x = pn.inputs[0]
+    dx = g.dims(x)
+    merged = _before(g, n, g.restate(n, "reshape", (x,), {"shape": (*dx[:k], dn[-1])},
+                                     (*dx[:k], dn[-1]), f"{n.out.name}_merged"))
+    n.op, n.inputs, n.attrs = OPS["permute"], (merged,), {"dims": (*p[:k], k)}
+    return f"%{n.out.name}: reshape of permute %{y.name} -> permute of reshape %{merged.name}"
+
+
+def _before(g: Graph, n: Node, v: Value) -> Value:
+    """Move ``v``'s node (just appended) in front of ``n``."""
+    g.nodes.insert(g.nodes.index(n), g.nodes.pop())
+    return v
+
+
 def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     """linear(permute(x, d), W)  ->  permute(linear(x, W), d)   (d keeps the last axis in place)
 
@@ -186,6 +246,22 @@ def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     return f"%{n.out.name}: linear of permute %{p.name} -> permute of linear %{rows.name}"
 
 
+def _sdpa_heads_inner(g: Graph, n: Node, use: dict) -> str | None:
+    """sdpa(q, k, v)  ->  permute(sdpa(q, k, v, layout="NLHD"), (0, 2, 1, 3))   (rank 4)
+
+    The CUDA attention kernels write [N, L, H, D] and torch returns it as a transposed view; as
+    an [N, H, L, D] buffer it was copied once to be contiguous and once more by the usual
+    ``transpose(1, 2).reshape(N, L, H*D)`` before the output projection. As [N, L, H, D] both
+    go: the transpose cancels against this permute and the reshape is a view."""
+    if n.op.name != "sdpa" or n.out.rank != 4 or n.attrs.get("layout", "NHLD") != "NHLD":
+        return None
+    y = g.restate(n, "sdpa", n.inputs, {**n.attrs, "layout": "NLHD"},
+                  [n.out.shape[i] for i in SDPA_NLHD], f"{n.out.name}_nlhd")
+    g.nodes.insert(g.nodes.index(n), g.nodes.pop())
+    n.op, n.inputs, n.attrs = OPS["permute"], (y,), {"dims": SDPA_NLHD}
+    return f"%{n.out.name}: sdpa as [N, L, H, D] (%{y.name})"
+
+
 REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
@@ -194,7 +270,10 @@ REWRITES: list[tuple[str, Rule]] = [
     ("shift_scale", _shift_scale),              # (y + c) * s  ->  y * s + c * s
     ("conv_scale", _conv_scale),                # conv2d(x, W) * s  ->  conv2d(x, W * s)
     ("shift_shift", _shift_shift),              # (y + a) + b  ->  y + (a + b)
+    ("linear_of_row_merge", _linear_of_row_merge),  # linear(reshape rows) -> reshape(linear)
+    ("reshape_of_permute", _reshape_of_permute),  # merge the kept tail before the permute
     ("linear_of_permute", _linear_of_permute),  # linear(permute(x)) -> permute(linear(x))
+    ("sdpa_heads_inner", _sdpa_heads_inner),    # sdpa -> permute(sdpa as [N, L, H, D])
 ]
 
 

@@ -226,7 +226,7 @@ def _library(step: LibraryCall, operands: list[torch.Tensor], r: list[int], shap
     ins = []
     for t, (_, views) in zip(operands, step.operands):
         for view in views:
-            t = view.op.reference(t, **view.kwargs(r))
+            t = view.apply(t, r)
         ins.append(t)
     out = step.op.reference(*ins, **step.kwargs(r))
     if list(out.shape) != shape:   # pragma: no cover - a bug in an op's shape rule

@@ -401,7 +401,7 @@ def _plan_step(i: int, st, frees: Sequence[int], plan: LaunchPlan) -> tuple:
     if isinstance(st, LibraryCall):
         ins = []
         for o, views in st.operands:
-            v = "".join(f".{w.op.name}({_kv((k, _attr(a)) for k, a in w.attrs)})" for w in views)
+            v = "".join(f".{w.name}({_kv((k, _attr(a)) for k, a in w.attrs)})" for w in views)
             ins.append(f"{esc(_operand(o, plan))}{v}")
         attrs = _kv((k, _attr(a)) for k, a in st.attrs)
         return (i, badge("library", "library"), f"<code>{esc(st.op.name)}</code>",

@@ -173,13 +173,25 @@ def _infer_sdpa(g: "Graph", node: "Node") -> Shape:
         bcast = broadcast_dims(g, node, [(0, [*batch, dq[-2], dk[-2]]), (3, g.dims(mask[0]))])
         if len(bcast) != len(batch) + 2:
             raise ShapeError(f"attn_mask of rank {mask[0].rank} > {len(batch) + 2}")
-    return shape([*(g.solver.resolve(d) for d in (*batch, dq[-2], dv[-1]))])
+    out = [g.solver.resolve(d) for d in (*batch, dq[-2], dv[-1])]
+    if node.attrs.get("layout") == "NLHD":
+        if len(out) != 4:
+            raise ShapeError(f"layout NLHD needs rank-4 operands, got rank {len(out)}")
+        out = [out[i] for i in SDPA_NLHD]
+    return shape(out)
+
+
+SDPA_NLHD = (0, 2, 1, 3)
+"""``layout="NLHD"`` (``passes.rewrite``'s ``sdpa_heads_inner``): the result as [N, L, H, D], the
+memory order of the CUDA attention kernels' output (flash, memory-efficient, cuDNN), which torch
+returns as a transposed [N, H, L, D] view."""
 
 
 def _ref_sdpa(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None,
-              enable_gqa: bool = False):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal, scale=scale,
-                                          **({"enable_gqa": True} if enable_gqa else {}))
+              enable_gqa: bool = False, layout: str = "NHLD"):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal, scale=scale,
+                                         **({"enable_gqa": True} if enable_gqa else {}))
+    return out.permute(*SDPA_NLHD) if layout == "NLHD" else out
 
 
 def _sample_sdpa(n: int):
