@@ -5,10 +5,11 @@ replayed as one CUDA graph; the cost of a new signature's first calls.
 
 One ``dl.compile`` per model (batch dynamic, 224², torch's math flags). Per batch, in ms (median
 CUDA-event time of one call): ``eager``, ``eager_graph`` (the module captured once per shape with
-``torch.cuda.CUDAGraph``), ``dlcb_plain`` (graph cache off), ``dlcb_graph`` (replays);
-``first_ms`` the new signature's first call (plain launches, the warm-up), ``capture_ms`` its
-second (capture and replay), ``copy_ms`` one device copy of the input (what a replay adds per
-input), ``rel_err`` against eager; ``compile_s`` the cold compile.
+``torch.cuda.CUDAGraph``, as ``bench.models``' eager-cudagraph), ``dlcb_plain`` (graph cache
+off), ``dlcb_graph`` (replays); ``first_ms`` the new signature's first call, made first at that
+shape (plain launches, the warm-up), ``capture_ms`` its second (capture and replay), ``copy_ms``
+one device copy of the input (what a replay adds per input), ``rel_err`` against eager;
+``compile_s`` the cold compile.
 """
 
 from __future__ import annotations
@@ -20,19 +21,7 @@ import torch
 
 import dlcb_lab as dl
 from dlcb_lab.bench import zoo
-
-
-def _eager_graph(m, x):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(2):
-            m(x)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g), torch.no_grad():
-        m(x)
-    return g.replay
+from dlcb_lab.bench.models import _CudaGraph
 
 
 def _wall_ms(fn) -> float:
@@ -61,11 +50,13 @@ def run(models=("resnet18", "vit_b_16"), batches=(1, 8, 32), reps: int = 30):
             with torch.no_grad():
                 want = m(x)
                 eager = ms(lambda: m(x))
+            first, capture = _wall_ms(lambda: cm(x)), _wall_ms(lambda: cm(x))
             capacity, cache.capacity = cache.capacity, 0
             plain = ms(lambda: cm(x))
             cache.capacity = capacity
-            first, capture = _wall_ms(lambda: cm(x)), _wall_ms(lambda: cm(x))
-            rows.append(dict(model=name, batch=b, eager=eager, eager_graph=ms(_eager_graph(m, x)),
+            with torch.no_grad():
+                graph = _CudaGraph(m, "cuda").setup((x,))
+            rows.append(dict(model=name, batch=b, eager=eager, eager_graph=ms(graph),
                              dlcb_plain=plain, dlcb_graph=ms(lambda: cm(x)), first_ms=first,
                              capture_ms=capture, copy_ms=ms(lambda: x.clone()),
                              rel_err=zoo.rel_error(cm(x), want), compile_s=cold))

@@ -478,9 +478,10 @@ def frame(rows: Iterable[dict[str, Any]]) -> "pd.DataFrame":
 
 def run(models: Sequence[str], systems: Sequence[str] = SYSTEMS, cfg: Config = Config(),
         isolate: bool = True, timeout: float = 3600.0,
-        log: Callable[[str], None] | None = None) -> "pd.DataFrame":
+        log: Callable[[str], None] | None = None, save: Path | None = None) -> "pd.DataFrame":
     """Every (model, system) with fresh caches: in its own process (``isolate``) or in this one;
-    the rows as a DataFrame with ``COLUMNS``."""
+    the rows as a DataFrame with ``COLUMNS``, also written to the CSV ``save`` after each cell
+    (a sweep stopped from outside keeps what it measured)."""
     unknown = [m for m in models if m not in zoo.MODELS and m not in TEXT]
     if unknown:
         raise ValueError(f"unknown models {unknown}: zoo.MODELS names or {', '.join(TEXT)}")
@@ -499,6 +500,8 @@ def run(models: Sequence[str], systems: Sequence[str] = SYSTEMS, cfg: Config = C
                 with fresh_caches():
                     got = run_one(model, system, cfg)
             rows += got
+            if save is not None:
+                frame(rows).to_csv(save, index=False)
             if log:
                 errs = sorted({r["error"][:160] for r in got if r["error"]})
                 log(f"{model} {system}: {time.perf_counter() - t0:.1f} s"
@@ -655,14 +658,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)
     log = lambda s: print(s, file=sys.stderr, flush=True)
-    try:
-        df = run(models, systems, cfg, isolate=not a.in_process, timeout=a.timeout, log=log)
-    except ValueError as err:
-        ap.error(str(err))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "models.csv", index=False)
     (out / "env.json").write_text(json.dumps(environment(cfg, models, systems), indent=1) + "\n")
+    try:
+        df = run(models, systems, cfg, isolate=not a.in_process, timeout=a.timeout, log=log,
+                 save=out / "models.csv")
+    except ValueError as err:
+        ap.error(str(err))
     log(f"wrote {out / 'models.csv'} ({len(df)} rows) and {out / 'env.json'}")
     if "eager" in set(df["system"]) and df[df["system"] == "eager"]["value"].notna().any():
         s = summary(df)
