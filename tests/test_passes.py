@@ -240,13 +240,15 @@ def test_channels_last_pools():
 # --- library operands: one strided view per view chain; attention without copies ---------------
 
 class ViewedMatmul(nn.Module):
-    def __init__(self, view, k: int):
+    """A library call on a view of an input (``w`` an input too: a matmul by a constant would
+    become a linear, and the views could move past it)."""
+
+    def __init__(self, view):
         super().__init__()
         self.view = view
-        self.w = nn.Parameter(torch.randn(k, 3))
 
-    def forward(self, x):
-        return torch.matmul(self.view(x), self.w)
+    def forward(self, x, w):
+        return torch.matmul(self.view(x), w)
 
 
 VIEW_CHAINS = {   # name: (view of x [N, 3, 4, 8], its last extent, one strided view?)
@@ -266,13 +268,14 @@ def test_library_operand_strided_view(name):
     ``as_strided`` view of its base (never a copy); else torch applies the chain."""
     view, k, strided = VIEW_CHAINS[name]
     torch.manual_seed(0)
-    m = ViewedMatmul(view, k)
-    cm = dl.compile(m, (torch.randn(2, 3, 4, 8),), dynamic={0: {0: "N"}}, backend="cpu")
+    m, w = ViewedMatmul(view), torch.randn(k, 3)
+    cm = dl.compile(m, (torch.randn(2, 3, 4, 8), w), dynamic={0: {0: "N"}}, backend="cpu")
     (call,) = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
     views = [v.name for v in call.operands[0][1]]
     assert (views == ["as_strided"]) == strided, views
-    for n in (1, 3, 5):
-        _close(cm, m, torch.randn(n, 3, 4, 8))
+    for n in (1, 3, 0):
+        _close(cm, m, torch.randn(n, 3, 4, 8), w)
+    _close(cm, m, torch.randn(5, 3, 4, 8)[2:], w)   # an input that starts inside its storage
 
 
 class MHA(nn.Module):
@@ -304,6 +307,41 @@ def test_attention_operands_are_views():
                for c in p.changes}
     assert {"sdpa_heads_inner", "linear_of_row_merge", "reshape_of_permute",
             "linear_of_permute"} <= changes
+    for n, L in ((1, 5), (3, 7), (2, 1)):
+        _close(cm, m, torch.randn(n, L, 16))
+
+
+class Heads(nn.Module):
+    """BERT's self-attention: q, k, v linears with bias, viewed into heads for sdpa; and a
+    GPT-2-style Conv1D (``addmm`` by a [in, out] weight) whose result only a matmul reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(16, 16) for _ in range(3))
+        self.w, self.b = nn.Parameter(torch.randn(16, 8)), nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        n, L, _ = x.shape
+        q, k, v = (f(x).view(n, L, 4, 4).transpose(1, 2) for f in (self.q, self.k, self.v))
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, L, 16)
+        c = torch.addmm(self.b, a.reshape(-1, 16), self.w)
+        return c @ c.t()
+
+
+def test_linear_bias_in_the_library_call():
+    """A bias whose sum only library calls read goes into the linear (cuBLAS adds it): no
+    kernel of its own. The matmul by a constant weight becomes a linear to take its bias."""
+    torch.manual_seed(0)
+    m = Heads().eval()
+    cm = dl.compile(m, (torch.randn(2, 5, 16),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    calls = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
+    assert [(st.op.name, len(st.operands)) for st in calls] == \
+        [("linear", 3)] * 3 + [("sdpa", 3), ("linear", 3), ("matmul", 2)]
+    assert not any(s.kind == "generated" for s in cm.pipeline.partition.steps), \
+        cm.pipeline.partition   # every add is in a GEMM, every view a strided operand
+    changes = [c.split(":")[0] for p in cm.pipeline.passes if p.name == "rewrite"
+               for c in p.changes]
+    assert changes.count("linear_bias") == 4 and changes.count("matmul_of_weight") == 1
     for n, L in ((1, 5), (3, 7), (2, 1)):
         _close(cm, m, torch.randn(n, L, 16))
 

@@ -77,9 +77,10 @@ def inlined(g: Graph, v: Value, mats: set[int]) -> list[Value]:
 
 SHARED_OPS, SHARED_READS = 4, 3
 """A value inlined into two or more kernels is materialized when its inlined computation has at
-least ``SHARED_OPS`` ops or reads ``SHARED_READS`` non-constant buffers (recomputing a residual
-stream or a concatenation per consumer); cheaper shared values (a bias add, a broadcast, a
-centered row) are recomputed."""
+least ``SHARED_OPS`` ops (coordinate transforms do not count: they cost index arithmetic, no
+read) or reads ``SHARED_READS`` non-constant buffers (recomputing a residual stream or a
+concatenation per consumer); cheaper shared values (a bias add, a broadcast, a centered row) are
+recomputed."""
 
 
 def fuse(g: Graph, log: list[str]) -> Graph:
@@ -102,7 +103,8 @@ def fuse(g: Graph, log: list[str]) -> Graph:
                 continue
             consts = {c.name for c, _ in g.constants}
             reads = [r for r in _reads(g, x, mats) if r not in consts]
-            if len(inlined(g, x, mats)) >= SHARED_OPS or len(reads) >= SHARED_READS:
+            ops = [v for v in inlined(g, x, mats) if not v.producer.op.kind.is_transform]
+            if len(ops) >= SHARED_OPS or len(reads) >= SHARED_READS:
                 pick = x
                 break
         if pick is None:

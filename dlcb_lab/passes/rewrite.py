@@ -16,7 +16,7 @@ import torch
 
 from ..dims import as_expr, prod
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OPS, infer_dtypes, is_scalar
+from ..ir.ops import OPS, OpKind, infer_dtypes, is_scalar
 from ..ir.ops.library import SDPA_NLHD
 from .core import constant_of, replace_value, uses
 
@@ -174,7 +174,7 @@ def _linear_of_row_merge(g: Graph, n: Node, use: dict) -> str | None:
     result where it lies."""
     if n.op.name != "linear":
         return None
-    x, w = n.inputs
+    x, *wb = n.inputs
     r = x.producer
     if r is None or r.op.name != "reshape" or x.id in g.materialize:
         return None
@@ -186,7 +186,7 @@ def _linear_of_row_merge(g: Graph, n: Node, use: dict) -> str | None:
     inner = _before(g, n, g.restate(r, "reshape", (y,), {"shape": (*dy[:j], dx[-1])},
                                      (*dy[:j], dx[-1]), f"{x.name}_rows"))
     out = g.dims(n.out)
-    rows = _before(g, n, g.restate(n, "linear", (inner, w), n.attrs, (*dy[:j], out[-1]),
+    rows = _before(g, n, g.restate(n, "linear", (inner, *wb), n.attrs, (*dy[:j], out[-1]),
                                    f"{n.out.name}_rows"))
     n.op, n.inputs, n.attrs = OPS["reshape"], (rows,), {"shape": tuple(out)}
     return f"%{n.out.name}: linear of row-merged %{x.name} -> rows regrouped after linear " \
@@ -231,7 +231,7 @@ def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     GEMM over all rows, and the permutation is fused into the consumers."""
     if n.op.name != "linear":
         return None
-    p, w = n.inputs
+    p, *wb = n.inputs
     perm = p.producer
     if perm is None or perm.op.name != "permute":
         return None
@@ -239,11 +239,66 @@ def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     if dims[-1] != p.rank - 1 or dims == tuple(range(p.rank)):
         return None
     x = perm.inputs[0]
-    rows = g.apply("linear", x, w, name=f"{n.out.name}_rows", where=n.where)
+    rows = g.apply("linear", x, *wb, name=f"{n.out.name}_rows", where=n.where)
     g.nodes.insert(g.nodes.index(n), g.nodes.pop())
     n.op, n.inputs, n.attrs = OPS["permute"], (rows,), {"dims": dims}
     n.out.dtype, n.compute_dtype = infer_dtypes(n)
     return f"%{n.out.name}: linear of permute %{p.name} -> permute of linear %{rows.name}"
+
+
+def _matmul_of_weight(g: Graph, n: Node, use: dict) -> str | None:
+    """matmul(x, W)  ->  linear(x, permute(W, (1, 0)))   (W a rank-2 constant; folded next)
+
+    GPT-2's Conv1D (``addmm(b, x, W)``) becomes a linear, whose bias ``linear_bias`` can take."""
+    if n.op.name != "matmul" or len(n.inputs) != 2:
+        return None
+    x, w = n.inputs
+    if w.rank != 2 or constant_of(g, w) is None or x.rank < 1:
+        return None
+    wt = _before(g, n, g.apply("permute", w, dims=(1, 0), name=f"{w.name}_t", where=n.where))
+    n.op, n.inputs, n.attrs = OPS["linear"], (x, wt), {}
+    return f"%{n.out.name}: matmul by the constant %{w.name} -> linear"
+
+
+def _feeds_libraries(g: Graph, v: Value, use: dict) -> bool:
+    """Every reader of ``v`` is a library call, directly or through coordinate transforms (so
+    ``v`` is a buffer no generated kernel reads), and ``v`` is no graph output (a transform no
+    one reads is dead: a rewrite left it)."""
+    return not any(o is v for o in g.outputs) and all(
+        u.op.kind is OpKind.LIBRARY or (u.op.kind.is_transform and _feeds_libraries(g, u.out, use))
+        for u in use.get(v.id, ()))
+
+
+def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
+    """linear(x, W) + b  ->  linear(x, W, b)   (b a constant [O]; the sum read only by library
+    calls; also through a permute keeping the last axis: permute(linear(x, W), d) + b)
+
+    A bias is fused for free into the kernel that reads a linear's result; a result read only by
+    library calls (BERT's and GPT-2's q, k, v, viewed into heads for attention) would get a kernel
+    of its own, one pass over it, for the add. cuBLAS adds it in the GEMM's epilogue instead."""
+    if n.op.name != "add" or len(n.inputs) != 2 or not _feeds_libraries(g, n.out, use):
+        return None
+    for y, b in (n.inputs, n.inputs[::-1]):
+        t = constant_of(g, b) if isinstance(b, Value) else None
+        if t is None or t.dim() != 1 or t.dtype != n.out.dtype or not isinstance(y, Value) or \
+                y.dtype != n.out.dtype or g.dims(n.out) != g.dims(y) or \
+                len(use.get(y.id, ())) != 1:
+            continue
+        perm = y.producer   # a permute keeping the last axis commutes with the bias (ViT)
+        if perm is not None and perm.op.name == "permute" and \
+                int(perm.attrs["dims"][-1]) % y.rank == y.rank - 1:
+            lin_out = perm.inputs[0]
+        else:
+            perm, lin_out = None, y
+        lin = lin_out.producer
+        if lin is None or lin.op.name != "linear" or len(lin.inputs) != 2 or \
+                len(use.get(lin_out.id, ())) != 1:
+            continue
+        lin.inputs = (*lin.inputs, b)
+        replace_value(g, n.out, lin.out if perm is None else perm.out)
+        g.nodes.remove(n)
+        return f"%{n.out.name}: linear %{lin.out.name} + bias %{b.name} -> one linear"
+    return None
 
 
 def _sdpa_heads_inner(g: Graph, n: Node, use: dict) -> str | None:
@@ -274,6 +329,8 @@ REWRITES: list[tuple[str, Rule]] = [
     ("reshape_of_permute", _reshape_of_permute),  # merge the kept tail before the permute
     ("linear_of_permute", _linear_of_permute),  # linear(permute(x)) -> permute(linear(x))
     ("sdpa_heads_inner", _sdpa_heads_inner),    # sdpa -> permute(sdpa as [N, L, H, D])
+    ("matmul_of_weight", _matmul_of_weight),    # matmul(x, W const) -> linear(x, W.T)
+    ("linear_bias", _linear_bias),              # linear + b read by libraries -> linear(b)
 ]
 
 

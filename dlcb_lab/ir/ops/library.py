@@ -123,17 +123,21 @@ _library("matmul", _infer_matmul, torch.matmul, _sample_matmul)
 # --- linear (x @ w.T, bias separate) ----------------------------------------------------------
 
 def _infer_linear(g: "Graph", node: "Node") -> Shape:
-    x, w = node.inputs
-    if x.rank < 1 or w.rank != 2:
-        raise ShapeError(f"linear needs an input of rank >= 1 and a rank-2 weight, got ranks "
-                         f"{x.rank}, {w.rank}")
+    """x [..., K] @ W[O, K].T (+ b [O], an optional third operand: ``rewrite``'s
+    ``linear_bias`` moves a bias into the library call where no kernel would fuse it)."""
+    x, w, *b = node.inputs
+    if x.rank < 1 or w.rank != 2 or (b and b[0].rank != 1):
+        raise ShapeError(f"linear needs an input of rank >= 1, a rank-2 weight and a rank-1 "
+                         f"bias, got ranks {[v.rank for v in node.inputs]}")
     dx, dw = g.dims(x), g.dims(w)
     g.constrain(dx[-1], dw[1], node, f"in_features: input axis {x.rank - 1} with weight axis 1")
+    if b:
+        g.constrain(g.dims(b[0])[0], dw[0], node, "bias axis 0 with out_features (weight axis 0)")
     return shape([*(g.solver.resolve(d) for d in dx[:-1]), dw[0]])
 
 
-def _ref_linear(x, w):
-    return F.linear(x, w)
+def _ref_linear(x, w, b=None):
+    return F.linear(x, w, b)
 
 
 def _sample_linear(n: int):
