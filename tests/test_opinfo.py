@@ -42,7 +42,7 @@ OPS = ["nn.functional.relu", "neg", "abs", "exp", "sigmoid", "tanh", "add", "sub
        "erf", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
        "nn.functional.adaptive_avg_pool2d", "cat", "stack", "split", "split_with_sizes", "chunk",
        "unbind", "narrow", "__getitem__", "nn.functional.pad", "expand", "expand_as", "roll",
-       "unsqueeze", "squeeze", "t", "nn.functional.dropout",
+       "unsqueeze", "squeeze", "t", "nn.functional.dropout", "unfold",
        # index ops (paper 4.3)
        "index_select", "gather", "nn.functional.embedding",
        # the transformers / timm vocabulary (bridge/aten_ext.py)

@@ -237,6 +237,46 @@ def test_channels_last_pools():
         _close(cm, m, torch.randn(n, 3, h, w))
 
 
+class Depthwise(nn.Module):
+    """MobileNet-style: 1x1 conv, BN, hardswish, then depthwise convolutions of every kind."""
+
+    def __init__(self, k: int, stride: int, padding, dilation: int):
+        super().__init__()
+        self.pw = nn.Conv2d(3, 8, 1)
+        self.bn = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, k, stride, padding, dilation, groups=8)
+        self.dw2 = nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False)
+
+    def forward(self, x):
+        y = F.hardswish(self.bn(self.pw(x)))
+        return self.dw2(self.dw(y)) + y.mean()
+
+
+@pytest.mark.parametrize("k,stride,padding,dilation",
+                         [(3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (3, 1, "same", 2),
+                          (4, 1, "same", 1), (7, 1, 3, 1), (3, 1, 0, 1)])
+def test_generated_depthwise(monkeypatch, k, stride, padding, dilation):
+    """``DLCB_DEPTHWISE=generated``: a depthwise convolution is sum(window(window(pad(x))) *
+    taps), one generated kernel per convolution (no library call), for any padding, stride and
+    dilation; a float64 one stays a library call."""
+    monkeypatch.setenv("DLCB_DEPTHWISE", "generated")
+    torch.manual_seed(0)
+    m = Depthwise(k, stride, padding, dilation).eval()
+    m.bn.running_mean.normal_()
+    cm = dl.compile(m, (torch.randn(2, 3, 13, 11),), dynamic=CNN, backend="cpu")
+    calls = [n.attrs.get("groups") for n in cm.pipeline.graph.nodes if n.op.name == "conv2d"]
+    assert calls == [1], calls   # the 1x1 conv only
+    assert sum(n.op.name == "window" for n in cm.pipeline.graph.nodes) == 4
+    for n, h, w in ((1, 13, 11), (3, 9, 17), (2, 24, 7)):
+        _close(cm, m, torch.randn(n, 3, h, w))
+    m64 = m.double()
+    f64 = dl.compile(m64, (torch.randn(2, 3, 13, 11, dtype=torch.float64),), dynamic=CNN,
+                     backend="cpu")
+    assert [n.attrs.get("groups") for n in f64.pipeline.graph.nodes if n.op.name == "conv2d"] \
+        == [1, 8, 8]
+    _close(f64, m64, torch.randn(3, 3, 9, 17, dtype=torch.float64))
+
+
 # --- library operands: one strided view per view chain; attention without copies ---------------
 
 class ViewedMatmul(nn.Module):

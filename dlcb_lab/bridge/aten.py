@@ -165,7 +165,7 @@ ATEN: dict[str, Callable] = {
             "silu", "hardswish", "hardsigmoid", "relu6", "hardtanh", "gelu", "clamp",
             "max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
             "narrow", "cat", "stack", "unsqueeze", "squeeze", "split_with_sizes", "chunk",
-            "unbind", "pad", "expand_as", "roll", "t", "index_select", "gather"),
+            "unbind", "pad", "expand_as", "roll", "t", "index_select", "gather", "unfold"),
     "true_divide": _L["div"], "clip": _L["clamp"], "concat": _L["cat"], "concatenate": _L["cat"],
     "__and__": _L["bitwise_and"], "__or__": _L["bitwise_or"], "__invert__": _L["bitwise_not"],
     "scaled_dot_product_attention": _L["sdpa"],

@@ -617,6 +617,19 @@ def _l_t(cx, input):
     return x if x.rank < 2 else cx.apply("permute", x, dims=(1, 0))
 
 
+def _l_unfold(cx, input, dimension, size, step):
+    x = tensor_arg(input)
+    for v, what in ((size, "size"), (step, "step")):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ShapeError(f"unfold {what} {v!r}: a positive int")
+    a = wrap_axis(dimension, x.rank)
+    if x.rank == 0:   # torch: a 0-d tensor is one window of size 1
+        if size != 1:
+            raise ShapeError(f"unfold size {size} of a 0-d tensor (its one element: size 1)")
+        return cx.apply("reshape", x, shape=(1,))
+    return cx.apply("window", x, dim=a, size=size, step=step, dilation=1)
+
+
 LOWERINGS: dict[str, Callable] = {
     "conv2d": _l_conv2d, "linear": _l_linear, "matmul": _l_matmul, "bmm": _ranked(3),
     "mm": _ranked(2), "addmm": _l_addmm, "sdpa": _l_sdpa,
@@ -631,4 +644,5 @@ LOWERINGS: dict[str, Callable] = {
     "unsqueeze": _l_unsqueeze, "squeeze": _l_squeeze, "split": _l_split,
     "split_with_sizes": _l_split_with_sizes, "chunk": _l_chunk, "unbind": _l_unbind,
     "pad": _l_pad, "expand": _l_expand, "expand_as": _l_expand_as, "roll": _l_roll, "t": _l_t,
+    "unfold": _l_unfold,
 }

@@ -123,9 +123,9 @@ class Graph(Rich):
         self.requirements.append((e, prov))
 
     def apply(self, opname: str, *inputs: Any, name: str | None = None, where: str = "",
-              **attrs: Any) -> Value:
-        """Append ``opname(*inputs, **attrs)``; its constraints are solved immediately. Errors
-        name the op, ``name`` and ``where``."""
+              insert_before: Node | None = None, **attrs: Any) -> Value:
+        """Append ``opname(*inputs, **attrs)`` (a pass: insert it before ``insert_before``); its
+        constraints are solved immediately. Errors name the op, ``name`` and ``where``."""
         op = OPS[opname]
         vid = self._new_id()
         name = name or f"v{vid}"
@@ -143,19 +143,22 @@ class Graph(Rich):
         except DLError as err:
             raise err.locate(opname, name, where) from None
         out.producer = node
-        self.nodes.append(node)
+        self._place(node, insert_before)
         return out
+
+    def _place(self, node: Node, before: Node | None) -> None:
+        self.nodes.insert(len(self.nodes) if before is None else self.nodes.index(before), node)
 
     def restate(self, node: Node, opname: str, inputs: tuple, attrs: Mapping[str, Any],
                 dims: Iterable[Expr], name: str) -> Value:
-        """Append ``opname(*inputs, **attrs)`` computing what ``node`` computes on re-arranged
-        operands, with result shape ``dims`` (``node``'s, re-arranged) and ``node``'s dtypes and
-        source line; no constraint is added: the solver checked ``node`` already (a pass
-        re-expressing it, ``passes.channels_last``)."""
+        """Insert, before ``node``, ``opname(*inputs, **attrs)`` computing what ``node`` computes
+        on re-arranged operands, with result shape ``dims`` (``node``'s, re-arranged) and
+        ``node``'s dtypes and source line; no constraint is added: the solver checked ``node``
+        already (a pass re-expressing it, ``passes.channels_last``)."""
         out = Value(self._new_id(), name, shape(dims), node.out.dtype)
         out.producer = Node(len(self.nodes), OPS[opname], tuple(inputs), dict(attrs), out,
                             node.where, node.compute_dtype)
-        self.nodes.append(out.producer)
+        self._place(out.producer, node)
         return out
 
     def set_outputs(self, values: Iterable[Value]) -> None:

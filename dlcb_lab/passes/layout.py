@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..dims import Expr, lit
-from ..ir.graph import Graph, Value
+from ..ir.graph import Graph, Node, Value
 from ..ir.ops import OPS, OpKind
 from .core import uses
 from .rewrite import REWRITES, rewrite
@@ -88,8 +88,9 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     the NCHW value reads that buffer through the inverse permute, so one buffer serves both (a
     residual stream). The decision is by graph, not by shape: it holds for every batch size and
     resolution the compile serves (measured per model and batch: README). Expects batch norm
-    already folded (``rewrite``). Leaves: float ``conv2d`` nodes with ``layout="NHWC"``;
-    ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
+    already folded (``rewrite``). Leaves: float ``conv2d`` nodes with ``layout="NHWC"``
+    (``DLCB_DEPTHWISE=generated``: float32 depthwise ones as generated window sums,
+    ``_window_sum``); ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
     if os.environ.get("DLCB_CHANNELS_LAST", "1") == "0":
         log.append("off (DLCB_CHANNELS_LAST=0)")
         return g
@@ -98,11 +99,14 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     pools = [n for n in g.nodes if n.op.name in POOLS and n.out.rank == 4 and
              n.attrs.get("layout", "NCHW") == "NCHW"] if convs else []
     made: dict[tuple[int, tuple[int, ...]], Value] = {}
+    generated = os.environ.get("DLCB_DEPTHWISE", "library") == "generated"
     for n in [n for n in g.nodes if n in convs or n in pools]:
-        ins = [_permute(g, x, NHWC, made) for x in n.inputs]   # conv: input and weight
-        y = g.restate(n, n.op.name, ins, {**n.attrs, "layout": "NHWC"},
-                      [n.out.shape[i] for i in NHWC], f"{n.out.name}_nhwc")
-        g.nodes.insert(g.nodes.index(n), g.nodes.pop())
+        if generated and _depthwise(g, n):
+            y = _window_sum(g, n, _permute(g, n.inputs[0], NHWC, made))
+        else:
+            ins = [_permute(g, x, NHWC, made) for x in n.inputs]   # conv: input and weight
+            y = g.restate(n, n.op.name, ins, {**n.attrs, "layout": "NHWC"},
+                          [n.out.shape[i] for i in NHWC], f"{n.out.name}_nhwc")
         n.op, n.inputs, n.attrs = OPS["permute"], (y,), {"dims": NCHW}
         log.append(f"%{n.out.name}: {y.producer.op.name} in NHWC (%{y.name})")
     rewrite(g, log, _SIMPLIFY)
@@ -129,13 +133,58 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     return rewrite(g, log, _SIMPLIFY)
 
 
+def _depthwise(g: Graph, n: Node) -> bool:
+    """A float32 convolution with one filter per channel (groups == in == out channels)."""
+    if n.op.name != "conv2d" or n.out.dtype != torch.float32:
+        return False
+    o, ci, *_ = g.dims(n.inputs[1])
+    return ci.is_lit(1) and o.is_lit(n.attrs["groups"]) and \
+        g.dims(n.inputs[0])[1].is_lit(n.attrs["groups"])
+
+
+def _window_sum(g: Graph, n: Node, xp: Value) -> Value:
+    """The depthwise convolution ``n`` of the NHWC ``xp`` as generated code
+    (``DLCB_DEPTHWISE=generated``): ``sum(window(window(pad(xp))) * W[C, kh, kw])`` over the two
+    window axes, one kernel with the filter taps as literal loops, no library call.
+
+    cuDNN (9.10 and later) compiles a depthwise convolution's execution plan at run time, about
+    1.5 s for each new shape (NVIDIA/cudnn-frontend#1066): a DLCB module serving a new batch
+    size paid it on the call (1.7 s for MobileNetV3 on the H200). Generated, a new shape costs
+    nothing, and the producer's epilogue (BN shift, activation) is recomputed per tap rather
+    than written and read back."""
+    a = n.attrs
+    x, w = n.inputs
+    c, _, kh, kw = (d.value for d in g.dims(w))
+    k, pads = (kh, kw), []
+    for i in range(2):
+        if a["padding"] == "same":   # torch: the odd unit of padding goes after
+            total = a["dilation"][i] * (k[i] - 1)
+            pads.append((total // 2, total - total // 2))
+        else:
+            pads.append((a["padding"][i],) * 2)
+    at = dict(where=n.where, insert_before=n)
+    v = xp
+    if any(p for pair in pads for p in pair):
+        v = g.apply("pad", v, before=tuple(map(lit, (0, pads[0][0], pads[1][0], 0))),
+                    after=tuple(map(lit, (0, pads[0][1], pads[1][1], 0))), value=0.0,
+                    name=f"{n.out.name}_pad", **at)
+    for i, axis in enumerate((1, 2)):   # [N, H', W', C, kh, kw]
+        v = g.apply("window", v, dim=axis, size=k[i], step=a["stride"][i],
+                    dilation=a["dilation"][i], name=f"{n.out.name}_win{i}", **at)
+    v = g.apply("permute", v, dims=(0, 1, 2, 4, 5, 3), name=f"{n.out.name}_win", **at)
+    taps = g.apply("permute", g.apply("reshape", w, shape=(c, kh, kw), **at), dims=(1, 2, 0),
+                   name=f"{w.name}_taps", **at)   # [kh, kw, C]: read along C, coalesced
+    v = g.apply("mul", v, taps, name=f"{n.out.name}_taps", **at)
+    return g.apply("sum", v, dims=(3, 4), keepdim=False, name=f"{n.out.name}_nhwc", **at)
+
+
 def _permute(g: Graph, x: Value, dims: tuple[int, ...], made: dict) -> Value:
     """``permute(x, dims)``, one node per (value, dims), placed right after ``x``'s producer
     (first, for an input), so it precedes every reader of ``x``."""
     key = (x.id, dims)
     if key not in made:
         tag = "nhwc" if dims == NHWC else "nchw"
-        made[key] = g.apply("permute", x, dims=dims, name=f"{x.name}_{tag}")
-        at = 0 if x.producer is None else g.nodes.index(x.producer) + 1
-        g.nodes.insert(at, g.nodes.pop())
+        after = g.nodes[0 if x.producer is None else g.nodes.index(x.producer) + 1]
+        made[key] = g.apply("permute", x, dims=dims, name=f"{x.name}_{tag}",
+                            insert_before=after)
     return made[key]

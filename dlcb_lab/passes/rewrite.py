@@ -183,11 +183,11 @@ def _linear_of_row_merge(g: Graph, n: Node, use: dict) -> str | None:
     j = next((j for j in range(len(dy) - 1, 0, -1) if prod(dy[j:]) is dx[-1]), None)
     if j is None or list(dy[:j]) == list(dx[:-1]):
         return None
-    inner = _before(g, n, g.restate(r, "reshape", (y,), {"shape": (*dy[:j], dx[-1])},
-                                     (*dy[:j], dx[-1]), f"{x.name}_rows"))
+    inner = g.restate(n, "reshape", (y,), {"shape": (*dy[:j], dx[-1])}, (*dy[:j], dx[-1]),
+                      f"{x.name}_rows")
     out = g.dims(n.out)
-    rows = _before(g, n, g.restate(n, "linear", (inner, *wb), n.attrs, (*dy[:j], out[-1]),
-                                   f"{n.out.name}_rows"))
+    rows = g.restate(n, "linear", (inner, *wb), n.attrs, (*dy[:j], out[-1]),
+                     f"{n.out.name}_rows")
     n.op, n.inputs, n.attrs = OPS["reshape"], (rows,), {"shape": tuple(out)}
     return f"%{n.out.name}: linear of row-merged %{x.name} -> rows regrouped after linear " \
            f"%{rows.name}"
@@ -210,16 +210,10 @@ def _reshape_of_permute(g: Graph, n: Node, use: dict) -> str | None:
         return None
     x = pn.inputs[0]
     dx = g.dims(x)
-    merged = _before(g, n, g.restate(n, "reshape", (x,), {"shape": (*dx[:k], dn[-1])},
-                                     (*dx[:k], dn[-1]), f"{n.out.name}_merged"))
+    merged = g.restate(n, "reshape", (x,), {"shape": (*dx[:k], dn[-1])}, (*dx[:k], dn[-1]),
+                       f"{n.out.name}_merged")
     n.op, n.inputs, n.attrs = OPS["permute"], (merged,), {"dims": (*p[:k], k)}
     return f"%{n.out.name}: reshape of permute %{y.name} -> permute of reshape %{merged.name}"
-
-
-def _before(g: Graph, n: Node, v: Value) -> Value:
-    """Move ``v``'s node (just appended) in front of ``n``."""
-    g.nodes.insert(g.nodes.index(n), g.nodes.pop())
-    return v
 
 
 def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
@@ -239,8 +233,7 @@ def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     if dims[-1] != p.rank - 1 or dims == tuple(range(p.rank)):
         return None
     x = perm.inputs[0]
-    rows = g.apply("linear", x, *wb, name=f"{n.out.name}_rows", where=n.where)
-    g.nodes.insert(g.nodes.index(n), g.nodes.pop())
+    rows = g.apply("linear", x, *wb, name=f"{n.out.name}_rows", where=n.where, insert_before=n)
     n.op, n.inputs, n.attrs = OPS["permute"], (rows,), {"dims": dims}
     n.out.dtype, n.compute_dtype = infer_dtypes(n)
     return f"%{n.out.name}: linear of permute %{p.name} -> permute of linear %{rows.name}"
@@ -255,7 +248,7 @@ def _matmul_of_weight(g: Graph, n: Node, use: dict) -> str | None:
     x, w = n.inputs
     if w.rank != 2 or constant_of(g, w) is None or x.rank < 1:
         return None
-    wt = _before(g, n, g.apply("permute", w, dims=(1, 0), name=f"{w.name}_t", where=n.where))
+    wt = g.apply("permute", w, dims=(1, 0), name=f"{w.name}_t", where=n.where, insert_before=n)
     n.op, n.inputs, n.attrs = OPS["linear"], (x, wt), {}
     return f"%{n.out.name}: matmul by the constant %{w.name} -> linear"
 
@@ -312,7 +305,6 @@ def _sdpa_heads_inner(g: Graph, n: Node, use: dict) -> str | None:
         return None
     y = g.restate(n, "sdpa", n.inputs, {**n.attrs, "layout": "NLHD"},
                   [n.out.shape[i] for i in SDPA_NLHD], f"{n.out.name}_nlhd")
-    g.nodes.insert(g.nodes.index(n), g.nodes.pop())
     n.op, n.inputs, n.attrs = OPS["permute"], (y,), {"dims": SDPA_NLHD}
     return f"%{n.out.name}: sdpa as [N, L, H, D] (%{y.name})"
 

@@ -239,6 +239,46 @@ def _sample_pad(n: int) -> tuple[tuple, dict]:
 register(OpDef("pad", OpKind.SELECT, _infer_pad, _reverse_pad, _ref_pad, sample=_sample_pad))
 
 
+# --- window: torch's unfold (sliding windows along one axis, a new trailing axis) with dilation --
+#
+# window(x, dim=a, size=k, step=s, dilation=d)[..., o, .., i] = x[..., o*s + i*d, ..]
+# (``x.unfold(a, d*(k - 1) + 1, s)[..., ::d]``): a convolution's receptive fields as a view, so a
+# depthwise convolution is ``sum(window(window(pad(x))) * w)`` over the two window axes.
+
+def _infer_window(g: "Graph", node: "Node") -> Shape:
+    (x,) = node.inputs
+    a, k, st, d = (node.attrs[n] for n in ("dim", "size", "step", "dilation"))
+    if not 0 <= a < x.rank or min(k, st, d) < 1:
+        raise ShapeError(f"window of axis {a} (rank {x.rank}): size {k}, step {st}, dilation "
+                         f"{d} must be positive")
+    dims = list(g.dims(x))
+    eff = d * (k - 1) + 1
+    g.require(dims[a] - eff, node, f"axis {a} of extent {dims[a]!r} holds a window ({eff})")
+    dims[a] = (dims[a] - eff) // st + 1
+    return shape([*dims, k])
+
+
+def _reverse_window(g: "Graph", node: "Node", coords: Coords, **_) -> list[Coords]:
+    a, st, d = (node.attrs[n] for n in ("dim", "step", "dilation"))
+    out = list(coords[:-1])
+    out[a] = coords[a] * st + coords[-1] * d
+    return [out]
+
+
+def _ref_window(x: torch.Tensor, dim: int, size: int, step: int, dilation: int = 1
+                ) -> torch.Tensor:
+    return x.unfold(dim, dilation * (size - 1) + 1, step)[..., ::dilation]
+
+
+def _sample_window(n: int) -> tuple[tuple, dict]:
+    x = torch.randn(n, 9, 8, generator=torch.Generator().manual_seed(n))
+    return (x,), {"dim": 1, "size": 3, "step": 2, "dilation": 1}
+
+
+register(OpDef("window", OpKind.TRANSFORM, _infer_window, _reverse_window, _ref_window,
+               sample=_sample_window))
+
+
 # --- cat ------------------------------------------------------------------------------------------
 
 def _infer_cat(g: "Graph", node: "Node") -> Shape:
