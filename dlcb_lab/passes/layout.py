@@ -144,16 +144,16 @@ def _depthwise(g: Graph, n: Node) -> bool:
 
 def _window_sum(g: Graph, n: Node, xp: Value) -> Value:
     """The depthwise convolution ``n`` of the NHWC ``xp`` as generated code
-    (``DLCB_DEPTHWISE=generated``): ``sum(window(window(pad(xp))) * W[C, kh, kw])`` over the two
-    window axes, one kernel with the filter taps as literal loops, no library call.
+    (``DLCB_DEPTHWISE=generated``): ``sum(window(window(pad(xp))) * taps)`` over the two window
+    axes (``taps`` the weight as [kh, kw, C]), one kernel with the filter taps as literal loops,
+    no library call.
 
     cuDNN (9.10 and later) compiles a depthwise convolution's execution plan at run time, about
     1.5 s for each new shape (NVIDIA/cudnn-frontend#1066): a DLCB module serving a new batch
     size paid it on the call (1.7 s for MobileNetV3 on the H200). Generated, a new shape costs
     nothing, and the producer's epilogue (BN shift, activation) is recomputed per tap rather
     than written and read back."""
-    a = n.attrs
-    x, w = n.inputs
+    a, w = n.attrs, n.inputs[1]
     c, _, kh, kw = (d.value for d in g.dims(w))
     k, pads = (kh, kw), []
     for i in range(2):

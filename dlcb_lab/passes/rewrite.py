@@ -246,7 +246,7 @@ def _matmul_of_weight(g: Graph, n: Node, use: dict) -> str | None:
     if n.op.name != "matmul" or len(n.inputs) != 2:
         return None
     x, w = n.inputs
-    if w.rank != 2 or constant_of(g, w) is None or x.rank < 1:
+    if w.rank != 2 or constant_of(g, w) is None or x.rank < 1 or not w.dtype.is_floating_point:
         return None
     wt = g.apply("permute", w, dims=(1, 0), name=f"{w.name}_t", where=n.where, insert_before=n)
     n.op, n.inputs, n.attrs = OPS["linear"], (x, wt), {}
