@@ -772,6 +772,30 @@ def test_conv2d_unbatched():
     run(nn.Conv2d(4, 6, 1, groups=2), (rand(4, 3, 5),), False)
 
 
+def test_unfold_edge_cases():
+    """torch's unfold (the ``window`` transform): keyword and negative axes, a step past the
+    size, a dynamic axis, zero-size and non-contiguous inputs, a 0-d tensor (one window of
+    size 1); a window larger than its axis is a ShapeError (at run time a ShapeMismatch, as
+    torch raises), an axis out of range too."""
+    m = Fn(lambda x: (x.unfold(dimension=-1, size=3, step=2), x.unfold(0, 1, 1),
+                      x.transpose(0, 1).unfold(0, 2, 5)))
+    run(m, (rand(4, 7),), {0: {0: "N", 1: "W"}},
+        [(rand(1, 9),), (rand(6, 3),), (rand(8, 10)[::2, 1:8],)])
+    run(Fn(lambda x: x.unfold(1, 2, 1) + 1), (rand(3, 5),), {0: {0: "N"}}, [(rand(0, 5),)])
+    zero_d = Fn(lambda x: x.unfold(0, 1, 3) * 2)
+    run(zero_d, (torch.tensor(3.0),), False)
+    with pytest.raises(dl.ShapeError, match=r"Maximum size for tensor at dimension 0 is 1"):
+        dl.compile(Fn(lambda x: x.unfold(0, 2, 1)), (torch.tensor(3.0),), backend="cpu")
+    with pytest.raises(dl.ShapeError):
+        dl.compile(Fn(lambda x: x.unfold(1, 8, 1)), (rand(2, 7),), backend="cpu")
+    with pytest.raises(dl.ShapeError):
+        dl.compile(Fn(lambda x: x.unfold(2, 1, 1)), (rand(2, 7),), backend="cpu")
+    cm = dl.compile(Fn(lambda x: x.unfold(1, 3, 1)), (rand(2, 7),), dynamic={0: {1: "W"}},
+                    backend="cpu")
+    with pytest.raises(dl.ShapeMismatch, match=r"holds a window \(3\)"):
+        cm(rand(2, 2))   # W = 2 cannot hold a window of 3: refused before any launch
+
+
 def test_max_pool2d_indices():
     """Indices as torch computes them (int64, flat into the input's H*W plane; with NaNs the
     last NaN), beside the generated values, for 3-D and 4-D inputs."""
