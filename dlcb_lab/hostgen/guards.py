@@ -81,12 +81,16 @@ def graph_guards(g: Graph) -> tuple[Guard, ...]:
                          f"residual constraint #{c.id} violated: {lhs!r} == {rhs!r} (got {{got}} "
                          f"!= {{want}}) from {escape(str(c.provenance))}",
                          describe((lhs, rhs), origins)))
+    seen: set = set()
     for e, prov in g.requirements:
         e = r(e)
         if isinstance(e, Lit):
             if e.value < 0:
                 raise ShapeError(f"{prov}: needs {e!r} >= 0")
             continue
+        if e in seen:   # checked already, for the first op that required it
+            continue
+        seen.add(e)
         out.append(Guard("nonneg", e, None, f"{escape(str(prov))}: needs {e!r} >= 0, got {{got}}",
                          describe((e,), origins)))
     for n in g.nodes:
