@@ -275,7 +275,7 @@ def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
         t = constant_of(g, b) if isinstance(b, Value) else None
         if t is None or t.dim() != 1 or t.dtype != n.out.dtype or not isinstance(y, Value) or \
                 y.dtype != n.out.dtype or g.dims(n.out) != g.dims(y) or \
-                len(use.get(y.id, ())) != 1:
+                not g.dims(y)[-1].is_lit(t.shape[0]) or len(use.get(y.id, ())) != 1:
             continue
         perm = y.producer   # a permute keeping the last axis commutes with the bias (ViT)
         if perm is not None and perm.op.name == "permute" and \
