@@ -14,10 +14,11 @@ import torch
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, pack
-from dlcb_lab.kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, numba_kernel,
-                                numba_signature, signature)
+from dlcb_lab.kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, entry_points,
+                                numba_kernel, numba_signature, signature)
 from dlcb_lab.kgen.infer import infer_kernels
-from dlcb_lab.runtime.nvrtc import compile_cubin
+from dlcb_lab.runtime.cuda_launch import CudaModule
+from dlcb_lab.runtime.nvrtc import compile_cubin, compile_cubin_later
 
 from harness import Recorder
 from models import BY_NAME, CASES
@@ -63,6 +64,23 @@ def test_cuda_abi_compiles_with_nvrtc():
     """The parameter lists the ABI prints are valid CUDA: one module, every entry point."""
     for n in ("reductions", "mixed"):
         assert compile_cubin(cuda_module(bodies_of(n)), arch="sm_90")[:4] == b"\x7fELF"
+
+
+def test_index_widths_build_apart():
+    """A unit's 32-bit entry points compile alone (before the compile returns) and its 64-bit
+    ones alone, on a background thread; a module over a pending cubin waits for it when asked."""
+    bodies = bodies_of("mixed")
+    names = {w: entry_points(bodies, (w,)) for w in ("", NARROW)}
+    assert sorted(names[""] + names[NARROW]) == sorted(entry_points(bodies))
+    for w, other in (("", NARROW), (NARROW, "")):
+        src = cuda_module(bodies, (w,))
+        assert all(f"void {e}(" in src for e in names[w])
+        assert not any(f"void {e}(" in src for e in names[other])
+    later = compile_cubin_later(cuda_module(bodies, ("",)), arch="sm_90")
+    mod = CudaModule(later, names[""])
+    assert "pending" in repr(mod) or later.done()
+    assert mod.cubin == later.result() and mod.cubin[:4] == b"\x7fELF"
+    assert all(e.encode() in mod.cubin for e in names[""]) and "pending" not in repr(mod)
 
 
 def test_abi_order_enforced_and_pack():

@@ -4,8 +4,9 @@
 several compiled regions saves a list of units). Members of unit ``u`` live under ``u/``:
 
 - ``records.pkl``: the ``Pipeline`` without thunks and launchers (``format.dump_records``).
-- CUDA: ``kernels.<j>.cubin``, the cubins the module launched, one per NVRTC unit (the manifest's
-  ``units`` lists the kernels of each; no NVRTC on load).
+- CUDA: ``kernels.<j>.cubin`` and ``kernels.<j>.wide.cubin``, the cubins the module launches,
+  the 32-bit and the 64-bit index entry points of NVRTC unit ``j`` (the manifest's ``units``
+  lists the kernels of each; no NVRTC on load).
 - CPU: ``kernels.py``, the numba module source, and ``numba/<file>``, numba's cache files of its
   functions (index ``.nbi`` and data ``.nbc``); load puts both where ``runtime.numba_cpu`` and
   numba look, so numba's decoration-time compile is a cache hit.
@@ -66,8 +67,9 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
         meta["entry_points"] = entry_points(bodies)
         meta["arch"] = device_arch()
         cubins, meta["units"] = _cubins_of(thunk, prefix)
-        for j, cubin in enumerate(cubins):
-            w.add(f"{prefix}/kernels.{j}.cubin", cubin)
+        for j, (narrow, wide) in enumerate(cubins):
+            w.add(f"{prefix}/kernels.{j}.cubin", narrow)
+            w.add(f"{prefix}/kernels.{j}.wide.cubin", wide)
     else:
         source = numba_module(bodies)
         if bodies:
@@ -146,15 +148,17 @@ def _check_host_program(p: Pipeline, what: str) -> None:
 
 # --- CUDA ----------------------------------------------------------------------------------------
 
-def _cubins_of(thunk: Thunk, prefix: str) -> tuple[list[bytes], list[list[int]]]:
-    """The cubins the thunk launches (one per NVRTC unit, ``runtime.build.units``) and the kernel
-    positions each holds."""
-    mods: dict[int, tuple[bytes, list[int]]] = {}
+def _cubins_of(thunk: Thunk, prefix: str) -> tuple[list[tuple[bytes, bytes]], list[list[int]]]:
+    """The cubins the thunk launches (per NVRTC unit, ``runtime.build.units``: its 32-bit and its
+    64-bit index entry points; waits for those still compiling) and the kernel positions each
+    unit holds."""
+    mods: dict[int, tuple[tuple[bytes, bytes], list[int]]] = {}
     for i, ln in enumerate(thunk.launchers):
-        mod = next((k.module for k in ln.kernels.values()), None)
-        if mod is None:
+        narrow, wide = (ln.kernels.get((0, n)) for n in (True, False))
+        if narrow is None or wide is None:
             raise ArtifactError(f"unit {prefix}: a cuda kernel without a loaded cubin")
-        mods.setdefault(id(mod), (mod.cubin, []))[1].append(i)
+        mods.setdefault(id(narrow.module), ((narrow.module.cubin, wide.module.cubin), []))[1] \
+            .append(i)
     return [c for c, _ in mods.values()], [g for _, g in mods.values()]
 
 
@@ -184,7 +188,8 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
     if not isinstance(groups, list) or sorted(i for g in groups for i in g) != \
             list(range(len(bodies))):
         raise ArtifactError(f"{what}: the manifest's kernel units do not cover its kernels")
-    cubins = [r.member(f"{prefix}/kernels.{j}.cubin") for j in range(len(groups))]
+    cubins = [(r.member(f"{prefix}/kernels.{j}.cubin"), r.member(f"{prefix}/kernels.{j}.wide.cubin"))
+              for j in range(len(groups))]
     return cuda_launchers(bodies, cubins, groups)
 
 

@@ -39,6 +39,8 @@ NUMBA_PARALLEL = os.environ.get("DLCB_NUMBA_PARALLEL", "0") == "1"
 
 NARROW = "_i32"
 """Suffix of a kernel's 32-bit-index entry point (valid while every index bound fits in int32)."""
+WIDTHS = ("", NARROW)
+"""The entry points' index widths as name suffixes: 64-bit (``""``), 32-bit (``NARROW``)."""
 
 
 def all_variants(kernels: Sequence[KernelBody]) -> list[KernelBody]:
@@ -322,10 +324,11 @@ class _Cuda(_Printer):
         return f"for (I {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
 
 
-def cuda_kernel(k: KernelBody) -> str:
-    """The kernel body as a template over the index type ``I`` and two entry points with the same
-    ``long long`` parameters: ``name`` (64-bit index arithmetic) and ``name_i32`` (32-bit, much
-    cheaper ``/`` and ``%``; the launcher uses it when every index bound fits)."""
+def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
+    """The kernel body as a template over the index type ``I`` and, per index width of
+    ``widths``, an entry point with the same ``long long`` parameters: ``name`` (64-bit index
+    arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the launcher uses it when
+    every index bound fits)."""
     a = abi(k)
     bufs = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
             for p in a.buffers]
@@ -345,21 +348,24 @@ def cuda_kernel(k: KernelBody) -> str:
     lines += _Cuda(k).block(k.stmts, "    ")
     lines += ["  }", "}"]
     sig = ", ".join(bufs + [f"long long {n}" for n in ints])
-    for suffix, ty in (("", "long long"), (NARROW, "int")):
+    for suffix in widths:
+        ty = "int" if suffix == NARROW else "long long"
         args = ", ".join(names + [n if ty == "long long" else f"(int){n}" for n in ints])
         lines += [f'extern "C" __global__ void {k.name}{suffix}({sig}) {{',
                   f"  {k.name}_body<{ty}>({args});", "}"]
     return "\n".join(lines)
 
 
-def entry_points(kernels: Sequence[KernelBody]) -> list[str]:
-    """Every ``extern "C"`` kernel name of a module (both index widths of every variant)."""
-    return [k.name + s for k in all_variants(kernels) for s in ("", NARROW)]
+def entry_points(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> list[str]:
+    """The ``extern "C"`` kernel names of a module (every variant at each of ``widths``)."""
+    return [k.name + s for k in all_variants(kernels) for s in widths]
 
 
-def cuda_module(kernels: Sequence[KernelBody]) -> str:
-    """One translation unit for the kernels and their variants (one NVRTC call); compiles alone."""
-    return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(k) for k in all_variants(kernels)) + "\n"
+def cuda_module(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> str:
+    """One translation unit for the kernels and their variants at the index ``widths`` (one NVRTC
+    call); compiles alone."""
+    return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(k, widths)
+                                              for k in all_variants(kernels)) + "\n"
 
 
 # --- numba (CPU) ------------------------------------------------------------------------------------

@@ -3,18 +3,22 @@ numba module file (CPU), and a launcher per kernel.
 
 CUDA: ptxas time grows with the kernels of a unit, and NVRTC releases the GIL, so a compile's
 kernels are split into contiguous units of about ``UNIT_BYTES`` of source each (at most one per
-CPU), compiled by parallel threads, one cubin each. ``units`` records which kernels each cubin
-holds; an artifact stores the cubins and that list (``cuda_launchers`` rebuilds the launchers from
-both, with no NVRTC)."""
+CPU), compiled by parallel threads. Each unit is two cubins: the 32-bit index entry points, which
+every call whose index bounds fit in int32 launches, compiled before the compile returns; and the
+64-bit ones, compiled on background threads (``nvrtc.compile_cubin_later``; about half of the
+NVRTC time off the compile's critical path), loaded when a call first needs one. ``units``
+records which kernels each pair holds; an artifact stores the cubins and that list
+(``cuda_launchers`` rebuilds the launchers from both, with no NVRTC)."""
 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
-from ..kgen.emit import NARROW, all_variants, cuda_kernel, cuda_module, numba_module, signature
+from ..kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, entry_points,
+                         numba_module, signature)
 from ..kgen.kir import KernelBody
 from .launchers import CpuLauncher, CudaLauncher
 
@@ -39,33 +43,35 @@ def units(bodies: Sequence[KernelBody], workers: int | None = None) -> list[tupl
     return out
 
 
-def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[bytes],
+def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any]],
                    groups: Sequence[Sequence[int]]) -> list[CudaLauncher]:
-    """A launcher per kernel over the cubin of its unit (``groups[j]``: the kernels of
-    ``cubins[j]``)."""
+    """A launcher per kernel over the cubins of its unit (``groups[j]``: the kernels of
+    ``cubins[j]``, a pair (32-bit, 64-bit index entry points) of cubins or their futures)."""
     from .cuda_launch import CudaModule
 
     sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     launchers: list[CudaLauncher | None] = [None] * len(bodies)
-    for cubin, group in zip(cubins, groups):
-        mod = CudaModule(cubin, [v.name + s for i in group for v in bodies[i].variants()
-                                 for s in ("", NARROW)])
+    for pair, group in zip(cubins, groups):
+        sub = [bodies[i] for i in group]
+        mods = {narrow: CudaModule(cubin, entry_points(sub, (NARROW if narrow else "",)))
+                for narrow, cubin in zip((True, False), pair)}
         for i in group:
-            launchers[i] = CudaLauncher({(j, narrow): mod.kernel(v.name + NARROW * narrow,
-                                                                 signature(v))
-                                         for j, v in enumerate(bodies[i].variants())
-                                         for narrow in (False, True)}, sm)
+            launchers[i] = CudaLauncher({(j, narrow): mods[narrow].kernel(
+                v.name + NARROW * narrow, signature(v))
+                for j, v in enumerate(bodies[i].variants()) for narrow in (False, True)}, sm)
     return launchers
 
 
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
     """Returns (a launcher per kernel, kernel functions built incl. variants and index widths)."""
     if backend == "cuda":
-        from .nvrtc import compile_cubins, device_arch
+        from .nvrtc import compile_cubin_later, compile_cubins, device_arch
 
-        groups = units(bodies)
-        cubins = compile_cubins([cuda_module([bodies[i] for i in g]) for g in groups],
-                                arch=device_arch())
+        groups, arch = units(bodies), device_arch()
+        subs = [[bodies[i] for i in g] for g in groups]
+        narrow = compile_cubins([cuda_module(sub, (NARROW,)) for sub in subs], arch=arch)
+        wide = [compile_cubin_later(cuda_module(sub, ("",)), arch=arch) for sub in subs]
+        cubins = list(zip(narrow, wide))
         return cuda_launchers(bodies, cubins, groups), 2 * len(all_variants(bodies))
     from .numba_cpu import load_numba_module
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -227,11 +228,20 @@ class CudaModule:
     :meth:`kernel` when given.
     """
 
-    def __init__(self, cubin: bytes, kernel_names: Sequence[str] = (), *, name: str = "dlcb"):
-        self.cubin = bytes(cubin)
+    def __init__(self, cubin: bytes | Future, kernel_names: Sequence[str] = (), *,
+                 name: str = "dlcb"):
+        self._cubin = cubin if isinstance(cubin, Future) else bytes(cubin)
         self.kernel_names = tuple(kernel_names)
         self.name = name
         self._code: dict[int, Any] = {}  # device -> cuda.core ObjectCode
+
+    @property
+    def cubin(self) -> bytes:
+        """The cubin; a module made from a ``Future`` (``nvrtc.compile_cubin_later``) waits for
+        it here, at its first load or save (and raises its compile error, if any)."""
+        if isinstance(self._cubin, Future):
+            self._cubin = bytes(self._cubin.result())
+        return self._cubin
 
     def get_function(self, name: str, dev: int | None = None) -> Any:
         """The ``cuda.core`` Kernel ``name`` loaded on device ``dev`` (default: torch's current)."""
@@ -252,7 +262,8 @@ class CudaModule:
         return CudaKernel(self, name, signature)
 
     def __repr__(self) -> str:
-        return f"CudaModule({self.name!r}, {len(self.cubin)} B cubin, kernels={list(self.kernel_names)})"
+        size = "pending" if isinstance(self._cubin, Future) else f"{len(self._cubin)} B"
+        return f"CudaModule({self.name!r}, {size} cubin, kernels={list(self.kernel_names)})"
 
 
 class CudaKernel:

@@ -18,7 +18,7 @@ import pathlib
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,6 +29,7 @@ __all__ = [
     "CudaCompileError",
     "ResourceUsage",
     "compile_cubin",
+    "compile_cubin_later",
     "compile_cubins",
     "device_arch",
     "include_dirs",
@@ -290,6 +291,23 @@ def compile_cubins(sources: Sequence[str], *, arch: str = "sm_90",
         return [compile_cubin(s, arch=arch, options=options) for s in sources]
     with ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1)) as pool:
         return list(pool.map(lambda s: compile_cubin(s, arch=arch, options=options), sources))
+
+
+_background: ThreadPoolExecutor | None = None
+_background_lock = threading.Lock()
+
+
+def compile_cubin_later(source: str, *, arch: str = "sm_90", options: tuple[str, ...] = ()
+                        ) -> Future:
+    """:func:`compile_cubin` on a background thread (one pool per process, a thread per CPU):
+    a ``Future`` of the cubin, for code no call may need soon (the 64-bit index entry points,
+    ``runtime.build``), so a compile returns without waiting for it. Interpreter exit waits for
+    the pending compiles (their cubins enter the cache)."""
+    global _background
+    with _background_lock:
+        if _background is None:
+            _background = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="dlcb-nvrtc")
+    return _background.submit(compile_cubin, source, arch=arch, options=options)
 
 
 def _read_cached_cubin(path: pathlib.Path) -> bytes | None:
