@@ -382,6 +382,9 @@ def test_linear_bias_in_the_library_call():
     changes = [c.split(":")[0] for p in cm.pipeline.passes if p.name == "rewrite"
                for c in p.changes]
     assert changes.count("linear_bias") == 4 and changes.count("matmul_of_weight") == 1
+    (w, views) = calls[4].operands[1]   # the Conv1D weight reaches cuBLAS as a transposed view
+    assert w.src is Src.INPUT and [v.name for v in views] == ["as_strided"]
+    assert cm._constants[w.index - 1].data_ptr() == m.w.data_ptr()   # of itself: no copy
     for n, L in ((1, 5), (3, 7), (2, 1)):
         _close(cm, m, torch.randn(n, L, 16))
 

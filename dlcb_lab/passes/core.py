@@ -71,12 +71,16 @@ def _static(attr) -> bool:
 def fold_constants(g: Graph, log: list[str]) -> Graph:
     """Evaluate, at compile time, every node whose tensor operands are all constants (parameters
     and buffers) and whose attributes are literal, with its torch reference; its output becomes a
-    constant. Leaves: no node with only constant operands."""
+    constant. A transform read only as the weight of ``linear`` calls stays a view of its
+    constant (cuBLAS reads a transposed operand at the same speed; a folded copy would double the
+    weight's memory: GPT-2's Conv1D weights, ``rewrite.matmul_of_weight``). Leaves: no node with
+    only constant operands but those views."""
     consts = {v.id: t for v, t in g.constants}
+    use = uses(g)
     for n in list(g.nodes):
         tensors = n.tensor_inputs()
         if not tensors or any(x.id not in consts for x in tensors) or \
-                not all(_static(a) for a in n.attrs.values()):
+                not all(_static(a) for a in n.attrs.values()) or _weight_view(n, use):
             continue
         with torch.no_grad():
             args = [consts[x.id] if isinstance(x, Value) else x for x in n.inputs]
@@ -86,6 +90,13 @@ def fold_constants(g: Graph, log: list[str]) -> Graph:
         log.append(f"%{n.out.name} = {n.op.name}({', '.join(_names(n))}) -> constant "
                    f"{list(t.shape)}")
     return g
+
+
+def _weight_view(n: Node, use: dict[int, list[Node]]) -> bool:
+    readers = use.get(n.out.id, ())
+    return n.op.kind.is_transform and bool(readers) and all(
+        u.op.name == "linear" and u.inputs[1] is n.out and
+        not any(x is n.out for x in u.inputs[:1] + u.inputs[2:]) for u in readers)
 
 
 def _names(n: Node) -> list[str]:

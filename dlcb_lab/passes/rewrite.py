@@ -331,16 +331,34 @@ def rewrite(g: Graph, log: list[str], rules: list[tuple[str, Rule]] | None = Non
     and values of the graph outputs). Leaves: no rule matches."""
     changed = True
     rounds = 0
+    use = _Uses(g)
     while changed and rounds < 50:
         changed, rounds = False, rounds + 1
         for name, rule in REWRITES if rules is None else rules:
-            use = uses(g)
+            alive = set(map(id, g.nodes))
             for n in list(g.nodes):
-                if n not in g.nodes:
+                if id(n) not in alive:
                     continue
                 what = rule(g, n, use)
                 if what is not None:
                     log.append(f"{name}: {what}")
                     changed = True
-                    use = uses(g)
+                    use.stale()
+                    alive = set(map(id, g.nodes))
     return g
+
+
+class _Uses:
+    """``core.uses(g)`` for the rules, recomputed at the first read after a change (most rules
+    return before reading it: a change costs one walk of the graph, not one per rule)."""
+
+    def __init__(self, g: Graph):
+        self.g, self._map = g, None
+
+    def get(self, key: int, default=None):
+        if self._map is None:
+            self._map = uses(self.g)
+        return self._map.get(key, default)
+
+    def stale(self) -> None:
+        self._map = None
