@@ -21,6 +21,7 @@ CFG = bm.Config(device="cpu", batches=(1, 2), text_shapes=((1, 8), (2, 16)), res
 SYSTEMS = ("eager", "dlcb-dynamic", "dlcb-static")
 SHAPES = {"resnet18": [(1, None, 32), (2, None, 32)], "bert": [(1, 8, None), (2, 16, None)]}
 DLCB_COUNTS = {"recompiles", "variants", "jit_builds", "kernel_builds"}
+DLCB_PHASES = ("capture", "lower", "generalize", "passes", "kgen", "hostgen", "build")
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +50,18 @@ def test_columns_shapes_and_metrics(df):
         want = {"ms", "first_call_ms", "max_rel_err", "compile_s" if first else "recompile_s"}
         if system.startswith("dlcb"):
             want |= DLCB_COUNTS
+            if first or system == "dlcb-static":   # the shapes that compiled
+                want |= {f"phase_{k}_s" for k in DLCB_PHASES}
         assert set(g.metric) == want, (system, shape)   # no peak_mb on cpu
         assert len(g) == len(want)
     t = df[df.metric.isin(["ms", "compile_s", "recompile_s", "first_call_ms"])]
     assert (t.value > 0).all()
+    phases = df[df.metric.str.startswith("phase_")].pivot_table(
+        "value", ["model", "system", "batch"], "metric")
+    compile_s = df[df.metric.isin(["compile_s", "recompile_s"]) & df.system.str.startswith(
+        "dlcb")].set_index(["model", "system", "batch"]).value
+    total = phases.sum(axis=1)   # the steps lie inside the setup-to-first-result window
+    assert (total > 0).all() and (total <= compile_s.loc[total.index] + 1e-3).all()
 
 
 def test_every_row_checked_against_eager(df):

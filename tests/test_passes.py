@@ -256,10 +256,10 @@ class Depthwise(nn.Module):
                          [(3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (3, 1, "same", 2),
                           (4, 1, "same", 1), (7, 1, 3, 1), (3, 1, 0, 1)])
 def test_generated_depthwise(monkeypatch, k, stride, padding, dilation):
-    """``DLCB_DEPTHWISE=generated``: a depthwise convolution is sum(window(window(pad(x))) *
-    taps), one generated kernel per convolution (no library call), for any padding, stride and
-    dilation; a float64 one stays a library call."""
-    monkeypatch.setenv("DLCB_DEPTHWISE", "generated")
+    """A float32 depthwise convolution is sum(window(window(pad(x))) * taps), one generated
+    kernel per convolution (no library call), for any padding, stride and dilation; a float64
+    one, or any under ``DLCB_DEPTHWISE=library``, stays a library call."""
+    monkeypatch.delenv("DLCB_DEPTHWISE", raising=False)
     torch.manual_seed(0)
     m = Depthwise(k, stride, padding, dilation).eval()
     m.bn.running_mean.normal_()
@@ -267,6 +267,8 @@ def test_generated_depthwise(monkeypatch, k, stride, padding, dilation):
     calls = [n.attrs.get("groups") for n in cm.pipeline.graph.nodes if n.op.name == "conv2d"]
     assert calls == [1], calls   # the 1x1 conv only
     assert sum(n.op.name == "window" for n in cm.pipeline.graph.nodes) == 4
+    log = next(p.changes for p in cm.pipeline.passes if p.name == "channels_last")
+    assert any("materialized in NHWC (1 other readers" in c for c in log), log   # the hardswish
     for n, h, w in ((1, 13, 11), (3, 9, 17), (2, 24, 7)):
         _close(cm, m, torch.randn(n, 3, h, w))
     m64 = m.double()
@@ -275,6 +277,11 @@ def test_generated_depthwise(monkeypatch, k, stride, padding, dilation):
     assert [n.attrs.get("groups") for n in f64.pipeline.graph.nodes if n.op.name == "conv2d"] \
         == [1, 8, 8]
     _close(f64, m64, torch.randn(3, 3, 9, 17, dtype=torch.float64))
+    if (k, stride) == (3, 1):
+        monkeypatch.setenv("DLCB_DEPTHWISE", "library")
+        lib = dl.compile(m.float(), (torch.randn(2, 3, 13, 11),), dynamic=CNN, backend="cpu")
+        assert [n.attrs.get("groups") for n in lib.pipeline.graph.nodes
+                if n.op.name == "conv2d"] == [1, 8, 8]
 
 
 # --- library operands: one strided view per view chain; attention without copies ---------------

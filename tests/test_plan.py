@@ -18,7 +18,7 @@ from dlcb_lab.kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, 
                                 numba_kernel, numba_signature, signature)
 from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.runtime.cuda_launch import CudaModule
-from dlcb_lab.runtime.nvrtc import compile_cubin, compile_cubin_later
+from dlcb_lab.runtime.nvrtc import compile_cubin, compile_cubin_later, wait_background
 
 from harness import Recorder
 from models import BY_NAME, CASES
@@ -79,6 +79,8 @@ def test_index_widths_build_apart():
     later = compile_cubin_later(cuda_module(bodies, ("",)), arch="sm_90")
     mod = CudaModule(later, names[""])
     assert "pending" in repr(mod) or later.done()
+    wait_background()
+    assert later.done()
     assert mod.cubin == later.result() and mod.cubin[:4] == b"\x7fELF"
     assert all(e.encode() in mod.cubin for e in names[""]) and "pending" not in repr(mod)
 

@@ -70,6 +70,10 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  later shape, plus variants)
   graphs, graph_breaks   torch.compile: ``unique_graphs``; sum of ``counters["graph_break"]``
   variants, jit_builds, kernel_builds   DLCB: ``cm.stats()`` summed over its modules
+  phase_<step>_s  DLCB, at a shape whose setup compiled: wall s of each step of that
+                 ``dl.compile`` (``cm.pipeline.timings``: capture (torch.export), lower,
+                 generalize, passes, kgen, hostgen, build (NVRTC of the 32-bit index entry
+                 points and the launchers; the 64-bit ones compile in the background))
 
 ``env.json`` (``environment``): versions (python, torch, CUDA, cuDNN, torchvision,
 transformers, numpy, pandas, numba, dlcb-lab), GPU name, count, capability, memory, driver; CPU,
@@ -209,6 +213,10 @@ class _System:
     def counts(self) -> dict[str, float]:
         return {}
 
+    def phases(self) -> dict[str, float]:
+        """Seconds per step of a compile the last ``setup`` made (none: empty)."""
+        return {}
+
 
 class _CudaGraph(_System):
     def __init__(self, m, device):
@@ -260,10 +268,14 @@ class _Dlcb(_System):
         self.backend = "cuda" if torch.device(device).type == "cuda" else "cpu"
 
     def setup(self, args):
-        if self.dynamic is False or not self.cms:
+        self.compiled = self.dynamic is False or not self.cms
+        if self.compiled:
             self.cms.append(dl.compile(self.m, args, dynamic=self.dynamic, backend=self.backend))
         cm = self.cms[-1]
         return lambda: cm(*args)
+
+    def phases(self):
+        return dict(self.cms[-1].pipeline.timings) if self.compiled else {}
 
     def counts(self):
         st = [cm.stats() for cm in self.cms]
@@ -345,6 +357,7 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
         rows.append(_row(model, system, shape, "peak_mb",
                          (torch.cuda.max_memory_allocated() - base) / 2**20))
     rows += [_row(model, system, shape, k, v) for k, v in sysm.counts().items()]
+    rows += [_row(model, system, shape, f"phase_{k}_s", v) for k, v in sysm.phases().items()]
     return rows
 
 

@@ -89,8 +89,8 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     residual stream). The decision is by graph, not by shape: it holds for every batch size and
     resolution the compile serves (measured per model and batch: README). Expects batch norm
     already folded (``rewrite``). Leaves: float ``conv2d`` nodes with ``layout="NHWC"``
-    (``DLCB_DEPTHWISE=generated``: float32 depthwise ones as generated window sums,
-    ``_window_sum``); ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
+    (float32 depthwise ones as generated window sums, ``_window_sum``, unless
+    ``DLCB_DEPTHWISE=library``); ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
     if os.environ.get("DLCB_CHANNELS_LAST", "1") == "0":
         log.append("off (DLCB_CHANNELS_LAST=0)")
         return g
@@ -99,10 +99,12 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     pools = [n for n in g.nodes if n.op.name in POOLS and n.out.rank == 4 and
              n.attrs.get("layout", "NCHW") == "NCHW"] if convs else []
     made: dict[tuple[int, tuple[int, ...]], Value] = {}
-    generated = os.environ.get("DLCB_DEPTHWISE", "library") == "generated"
+    generated = os.environ.get("DLCB_DEPTHWISE", "generated") != "library"
+    windowed: list[tuple[Node, Node]] = []   # (a window sum's first node, its convolution)
     for n in [n for n in g.nodes if n in convs or n in pools]:
         if generated and _depthwise(g, n):
-            y = _window_sum(g, n, _permute(g, n.inputs[0], NHWC, made))
+            y, head = _window_sum(g, n, _permute(g, n.inputs[0], NHWC, made))
+            windowed.append((head, n))
         else:
             ins = [_permute(g, x, NHWC, made) for x in n.inputs]   # conv: input and weight
             y = g.restate(n, n.op.name, ins, {**n.attrs, "layout": "NHWC"},
@@ -111,8 +113,10 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
         log.append(f"%{n.out.name}: {y.producer.op.name} in NHWC (%{y.name})")
     rewrite(g, log, _SIMPLIFY)
     use = uses(g)
-    for n in [n for n in g.nodes if n.op.name == "conv2d" and n.attrs.get("layout") == "NHWC"]:
-        xp = n.inputs[0]
+    operands = [(n.inputs[0], n) for n in g.nodes
+                if n.op.name == "conv2d" and n.attrs.get("layout") == "NHWC"] + \
+        [(head.inputs[0], n) for head, n in windowed]
+    for xp, n in operands:
         p = xp.producer
         if p is None or p.op.name != "permute" or xp.id in g.materialize:
             continue
@@ -142,17 +146,18 @@ def _depthwise(g: Graph, n: Node) -> bool:
         g.dims(n.inputs[0])[1].is_lit(n.attrs["groups"])
 
 
-def _window_sum(g: Graph, n: Node, xp: Value) -> Value:
+def _window_sum(g: Graph, n: Node, xp: Value) -> tuple[Value, Node]:
     """The depthwise convolution ``n`` of the NHWC ``xp`` as generated code
-    (``DLCB_DEPTHWISE=generated``): ``sum(window(window(pad(xp))) * taps)`` over the two window
+    (unless ``DLCB_DEPTHWISE=library``): ``sum(window(window(pad(xp))) * taps)`` over the two window
     axes (``taps`` the weight as [kh, kw, C]), one kernel with the filter taps as literal loops,
-    no library call.
+    no library call; and the node that reads ``xp`` (``channels_last`` materializes its operand:
+    a producer's epilogue is written once, not recomputed per tap).
 
     cuDNN (9.10 and later) compiles a depthwise convolution's execution plan at run time, about
     1.5 s for each new shape (NVIDIA/cudnn-frontend#1066): a DLCB module serving a new batch
-    size paid it on the call (1.7 s for MobileNetV3 on the H200). Generated, a new shape costs
-    nothing, and the producer's epilogue (BN shift, activation) is recomputed per tap rather
-    than written and read back."""
+    size paid it on the call (1.5-2.8 s for MobileNetV3 and EfficientNet-B0 on the H200).
+    Generated, a new shape's first call costs 48-196 ms (the other convolutions' cuDNN plans),
+    at 2-11 % more time per replayed call (H200, batch 1/8/32: README)."""
     a, w = n.attrs, n.inputs[1]
     c, _, kh, kw = (d.value for d in g.dims(w))
     k, pads = (kh, kw), []
@@ -164,18 +169,21 @@ def _window_sum(g: Graph, n: Node, xp: Value) -> Value:
             pads.append((a["padding"][i],) * 2)
     at = dict(where=n.where, insert_before=n)
     v = xp
+    head = None
     if any(p for pair in pads for p in pair):
         v = g.apply("pad", v, before=tuple(map(lit, (0, pads[0][0], pads[1][0], 0))),
                     after=tuple(map(lit, (0, pads[0][1], pads[1][1], 0))), value=0.0,
                     name=f"{n.out.name}_pad", **at)
+        head = v.producer
     for i, axis in enumerate((1, 2)):   # [N, H', W', C, kh, kw]
         v = g.apply("window", v, dim=axis, size=k[i], step=a["stride"][i],
                     dilation=a["dilation"][i], name=f"{n.out.name}_win{i}", **at)
+        head = head or v.producer
     v = g.apply("permute", v, dims=(0, 1, 2, 4, 5, 3), name=f"{n.out.name}_win", **at)
     taps = g.apply("permute", g.apply("reshape", w, shape=(c, kh, kw), **at), dims=(1, 2, 0),
                    name=f"{w.name}_taps", **at)   # [kh, kw, C]: read along C, coalesced
     v = g.apply("mul", v, taps, name=f"{n.out.name}_taps", **at)
-    return g.apply("sum", v, dims=(3, 4), keepdim=False, name=f"{n.out.name}_nhwc", **at)
+    return g.apply("sum", v, dims=(3, 4), keepdim=False, name=f"{n.out.name}_nhwc", **at), head
 
 
 def _permute(g: Graph, x: Value, dims: tuple[int, ...], made: dict) -> Value:

@@ -18,7 +18,7 @@ import pathlib
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,6 +31,7 @@ __all__ = [
     "compile_cubin",
     "compile_cubin_later",
     "compile_cubins",
+    "wait_background",
     "device_arch",
     "include_dirs",
     "nvrtc_compile_count",
@@ -294,6 +295,7 @@ def compile_cubins(sources: Sequence[str], *, arch: str = "sm_90",
 
 
 _background: ThreadPoolExecutor | None = None
+_pending: set[Future] = set()
 _background_lock = threading.Lock()
 
 
@@ -307,7 +309,18 @@ def compile_cubin_later(source: str, *, arch: str = "sm_90", options: tuple[str,
     with _background_lock:
         if _background is None:
             _background = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="dlcb-nvrtc")
-    return _background.submit(compile_cubin, source, arch=arch, options=options)
+        fut = _background.submit(compile_cubin, source, arch=arch, options=options)
+        _pending.add(fut)
+    fut.add_done_callback(_pending.discard)
+    return fut
+
+
+def wait_background() -> None:
+    """Wait for every :func:`compile_cubin_later` submitted so far (its errors stay with its
+    future)."""
+    with _background_lock:
+        pending = list(_pending)
+    wait(pending)
 
 
 def _read_cached_cubin(path: pathlib.Path) -> bytes | None:
