@@ -69,6 +69,12 @@ class _Builder:
         self.identity: tuple[Expr, ...] | None = None   # the output's own coordinates (not rows)
         self.index_checks: dict[int, tuple[Value, Expr]] = {}
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
+        self.simplified: dict[Expr, Expr] = {}   # one memo per kernel: a variable's bound is set
+        #   once, before any expression over it is simplified
+
+    def simplify(self, e: Expr) -> Expr:
+        """``e`` simplified under the coordinate bounds (``dims.bounds``), memoized."""
+        return simplify_bounded(e, self.bounds, self.simplified)
 
     def tmp(self, p: str) -> str:
         self.n += 1
@@ -102,7 +108,7 @@ class _Builder:
         """Name (or literal / param spelling) holding ``e``; each node is emitted once per scope.
         Output coordinates are spelled through the thread index (they have no statements)."""
         if e.free_vars & self.coord_names:
-            e = simplify_bounded(e.subs(self.coord_defs), self.bounds)
+            e = self.simplify(e.subs(self.coord_defs))
         if isinstance(e, Lit):
             return str(e.value) if e.value >= 0 else f"({e.value})"
         if isinstance(e, Var):
@@ -135,7 +141,7 @@ class _Builder:
         prove; the name of the guard in force when nothing is left."""
         lo_terms, hi_terms, free = [], [], set(self.pred_vars[self.pred])
         for gd in guards:
-            e = simplify_bounded(gd.expr, self.bounds)
+            e = self.simplify(gd.expr)
             lo, hi = lower(e, self.bounds), upper(e, self.bounds)
             if not (lo is not None and nonneg(lo - gd.lo)):
                 lo_terms.append((self.index(e), self.index(gd.lo)))
@@ -175,12 +181,12 @@ class _Builder:
         corrections (``(_t % 17) - 1`` rather than ``((_t % 17) + 1023) // 1024 - 1``)."""
         coords = list(where.coords)
         for gd in where.guards:
-            e = simplify_bounded(gd.expr, self.bounds)
+            e = self.simplify(gd.expr)
             if isinstance(e, (Var, Lit)) or not gd.lo.is_lit(0) or e not in coords:
                 continue
             u = var(f"_g{len(self.coord_names)}", 2)
             self.bounds[u.name] = gd.hi
-            self.coord_defs[u] = simplify_bounded(e.subs(self.coord_defs), self.bounds)
+            self.coord_defs[u] = self.simplify(e.subs(self.coord_defs))
             self.coord_names.add(u.name)
             if e.free_vars & self.loop_names:   # defined per loop iteration: code using u too
                 self.loop_names.add(u.name)
@@ -209,7 +215,7 @@ class _Builder:
 
     # -- values ------------------------------------------------------------------------------------
     def value(self, v: Value, coords: list[Expr]) -> str:
-        coords = [simplify_bounded(c, self.bounds) for c in coords]
+        coords = [self.simplify(c) for c in coords]
         key = (v.id, tuple(coords), self.pred)
         hit = self.lookup(key)
         if hit is not None:
@@ -223,9 +229,9 @@ class _Builder:
             if self.identity == tuple(coords) and self.g.dims(v) == self.dims:
                 idx = THREAD   # the output's own layout: linear_index(delinearize(_t)) is _t
             else:
-                idx = simplify_bounded(linear_index(coords, self.g.dims(v)), self.bounds)
+                idx = self.simplify(linear_index(coords, self.g.dims(v)))
                 # in terms of _t: literal layouts collapse (24*(_t // 24) + _t % 24 -> _t)
-                idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
+                idx = self.simplify(idx.subs(self.coord_defs))
             iname = self.index(idx)
             self.index_exprs.append(idx)   # also when idx is a bare variable (no statement)
             self.loads.append((v.name, tuple(coords)))
@@ -297,7 +303,7 @@ class _Builder:
         coords: list[Expr] = [lit(0)] * len(self.dims)
         out_coords = []
         for a, e in zip(own, delinearize(THREAD, [self.dims[a] for a in own])):
-            e = simplify_bounded(e, self.bounds)
+            e = self.simplify(e)
             if self.dims[a] is lit(1):
                 out_coords.append((coord_var(a).name, lit(0)))
                 continue
@@ -354,7 +360,7 @@ class _Builder:
             self.bounds[FLAT_LOOP.name] = prod(bounds)
             self.loop_names.add(FLAT_LOOP.name)
             loops.append((FLAT_LOOP, extent))
-            lvars = [simplify_bounded(e, self.bounds) for e in delinearize(FLAT_LOOP, exts)]
+            lvars = [self.simplify(e) for e in delinearize(FLAT_LOOP, exts)]
         else:
             lvars = [loop_var(i) for i in range(len(exts))]
             for lv, ext, bound in zip(lvars, exts, bounds):
@@ -409,8 +415,8 @@ class _Builder:
         self.inner.stmts.append(RowOutput(res, kind, self.value(node.inputs[0], ins[0]), out_t,
                                           *affine))
         self.path.pop()
-        idx = simplify_bounded(linear_index(ins[0], self.dims), self.bounds)
-        idx = simplify_bounded(idx.subs(self.coord_defs), self.bounds)
+        idx = self.simplify(linear_index(ins[0], self.dims))
+        idx = self.simplify(idx.subs(self.coord_defs))
         self.index_exprs.append(idx)
         self.inner.stmts.append(StoreAt(self.index(idx), res))
         self.close_loops(again)
