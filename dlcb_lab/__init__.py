@@ -20,6 +20,14 @@ __all__ = ["compile", "explore", "load", "ArtifactError", "CompiledModule", "Pip
            "ArgumentError", "DeviceError", "LayoutError", "BuildError"]
 
 
+def __getattr__(name: str):
+    if name == "bench":   # the benchmark harness, loaded on first use (the core never imports it)
+        import importlib
+
+        return importlib.import_module(".bench", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def explore(model, example_inputs, **compile_kwargs):
     """``compile(model, example_inputs, **compile_kwargs)`` and its report: every stage (graph,
     constraints, solver trace, dims, kernels, host program with the trace of the example call,

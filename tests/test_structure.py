@@ -124,9 +124,10 @@ LAYERS = ["errors display", "dims", "ir", "passes", "kgen", "hostgen", "runtime"
           "records", "api artifact", "__init__"]
 """Pipeline layers, lowest first: a module may import its own layer and those below it
 (``artifact`` saves and loads a ``CompiledModule``; ``CompiledModule.save`` calls it)."""
-BESIDE = {"viz", "bench", "demo"}
+BESIDE = {"viz", "bench", "demo", "cli"}
 """Beside the pipeline: may import anything; the pipeline imports them only lazily (inside a
-function: the ``Rich`` display hook, the solver stepper) and never the benchmarks."""
+function: the ``Rich`` display hook, the solver stepper) and never the benchmarks (``dl.bench``
+is a module attribute that loads them on first use)."""
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer.split()}
 FRONT_ENDS = {"dlcb_lab.bridge.dynamo"}
 """Front ends of ``dl.compile`` filed under a lower layer (the TorchDynamo backend sits with the

@@ -1,1 +1,11 @@
-"""Benchmark harness (results are pandas DataFrames)."""
+"""Benchmarks (results are pandas DataFrames): ``run`` is the sweep harness
+(``bench.harness.run``); ``models``, ``zoo``, ``graphs``, ``bandwidth``, ``overhead`` the
+single benchmarks."""
+
+
+def __getattr__(name: str):
+    if name == "run":   # loaded on first use: the harness imports torch, pandas and the models
+        from .harness import run
+
+        return run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

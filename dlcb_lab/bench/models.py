@@ -3,7 +3,7 @@ DLCB; one (model, system) per process with empty caches; one long-form CSV.
 
     python -m dlcb_lab.bench.models [--device cuda|cpu] [--models a,b] [--systems a,b]
         [--batches 1,8,32] [--seqs 32,128,512 | --text-shapes 1x32,8x128] [--res 224] [--tiny]
-        [--reps 30] [--warmup 5] [--out data/bench] [--markdown] [--in-process]
+        [--dtype float32] [--reps 30] [--warmup 5] [--out data/bench] [--markdown] [--in-process]
 
 Models. TorchVision names of ``zoo.MODELS`` (``weights=None``, seed 0, eval; input
 ``zoo.make_input(batch, (res, res))``; a fixed-resolution model such as ``vit_b_16`` always at
@@ -57,7 +57,8 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  inside the call: its compile is included)
   max_rel_err    ``zoo.rel_error`` of that first result vs eager's (max |y - y_eager| / max
                  |y_eager| over all outputs; inf on shape/dtype mismatch or non-finite values);
-                 ``error`` set when above ``zoo.GPU_TOL`` (cuda) / ``zoo.TOL`` (cpu)
+                 ``error`` set when above ``Config.tol`` (fp32: ``zoo.GPU_TOL`` on cuda,
+                 ``zoo.TOL`` on cpu; 16 bits: ``DTYPES``)
   peak_mb        cuda only: the device memory peak over the cell (setup, first call, warm-up,
                  timed calls) above what was resident before the system's first setup (the
                  module's weights, the inputs, the reference outputs), MiB; so a graph pool
@@ -146,6 +147,19 @@ class Config:
     fp32: bool = False
     """TF32 off in cuBLAS and cuDNN for the whole run; False: torch's defaults (cuDNN convolutions
     in TF32, cuBLAS matmuls in fp32), as eager runs them."""
+    dtype: str = "float32"
+    """The model's floating parameters and the image inputs in this dtype (``DTYPES``)."""
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(DTYPES)}")
+        return getattr(torch, self.dtype)
+
+    @property
+    def tol(self) -> float:
+        """The bound on ``max_rel_err`` against eager in the same dtype."""
+        return DTYPES[self.dtype] or (zoo.GPU_TOL if self.cuda else zoo.TOL)
 
     @property
     def cuda(self) -> bool:
@@ -168,6 +182,12 @@ class Config:
         return cls(**d)
 
 
+DTYPES = {"float32": None, "float16": 1e-2, "bfloat16": 4e-2}
+"""Dtypes a run takes, with their ``max_rel_err`` bound against eager in that dtype (None:
+``zoo.GPU_TOL`` on cuda, ``zoo.TOL`` on cpu; 16 bits: every op rounds, so a fused kernel and
+eager's op-by-op rounding differ by a few units of the format's precision)."""
+
+
 def skip_reason(system: str, device: str) -> str:
     """Why ``system`` cannot run on ``device`` ('' if it can)."""
     if system in CUDA_ONLY and torch.device(device).type != "cuda":
@@ -184,11 +204,13 @@ def build(model: str, tiny: bool = False) -> torch.nn.Module:
     return zoo.MODELS[model].build()
 
 
-def make_inputs(model: str, shape: Shape, device: str, seed: int) -> tuple[torch.Tensor, ...]:
-    """The call arguments at ``shape``: an image batch, or (input_ids, attention_mask)."""
+def make_inputs(model: str, shape: Shape, device: str, seed: int,
+                dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    """The call arguments at ``shape``: an image batch (in ``dtype``), or (input_ids,
+    attention_mask)."""
     batch, seq, res = shape
     if model not in TEXT:
-        return (zoo.make_input(batch, (res, res), device, seed=seed),)
+        return (zoo.make_input(batch, (res, res), device, seed=seed, dtype=dtype),)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 1000, (batch, seq), generator=g)
     mask = torch.ones_like(ids)
@@ -349,7 +371,7 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
     rows = [_row(model, system, shape, "ms", ms),
             _row(model, system, shape, "compile_s" if i == 0 else "recompile_s", t2 - t0),
             _row(model, system, shape, "first_call_ms", (t2 - t1) * 1e3)]
-    tol = zoo.GPU_TOL if cuda else zoo.TOL
+    tol = cfg.tol
     rows.append(_row(model, system, shape, "max_rel_err", err,
                      "" if err <= tol else f"max_rel_err {err:.3g} > tolerance {tol:g}"))
     if cuda:   # over the setup, the first call, the warm-up and the timed calls
@@ -395,10 +417,11 @@ def run_one(model: str, system: str, cfg: Config,
             stack.callback(torch._dynamo.reset)
         stage = ["build"]
         try:
-            m = build(model, cfg.tiny).to(cfg.device)
+            dt = cfg.torch_dtype
+            m = build(model, cfg.tiny).to(cfg.device, dt)
             stage[0] = "eager reference"
-            ref = build(model, cfg.tiny).to(cfg.device)
-            inputs = [make_inputs(model, s, cfg.device, seed=1 + i) for i, s in enumerate(shapes)]
+            ref = build(model, cfg.tiny).to(cfg.device, dt)
+            inputs = [make_inputs(model, s, cfg.device, 1 + i, dt) for i, s in enumerate(shapes)]
             wants = [ref(*x) for x in inputs]
             if cfg.cuda:
                 torch.cuda.synchronize()
@@ -427,18 +450,25 @@ def run_one(model: str, system: str, cfg: Config,
 
 # --- many (model, system) ------------------------------------------------------------------------
 
+CACHE_VARS = {"DLCB_CACHE_DIR": "dlcb", "TORCHINDUCTOR_CACHE_DIR": "inductor",
+              "TRITON_CACHE_DIR": "triton", "NUMBA_CACHE_DIR": "numba"}
+"""The cache folders a cell starts empty: environment variable -> subfolder of its root."""
+
+
+def cache_env(root: str) -> dict[str, str]:
+    """The environment variables pointing every cache of ``CACHE_VARS`` under ``root``."""
+    return {k: os.path.join(root, sub) for k, sub in CACHE_VARS.items()}
+
+
 @contextlib.contextmanager
 def fresh_caches():
     """New empty DLCB, Inductor, Triton and numba cache folders for the duration (environment
-    variables, inherited by child processes); yields the temporary root."""
+    variables of this process); yields the temporary root."""
     with tempfile.TemporaryDirectory(prefix="dlcb_bench_") as root:
-        names = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
-                 "NUMBA_CACHE_DIR": "numba"}
-        old = {k: os.environ.get(k) for k in names}
-        os.environ.update({k: os.path.join(root, sub) for k, sub in names.items()})
+        old = {k: os.environ.get(k) for k in CACHE_VARS}
+        os.environ.update(cache_env(root))
         try:
-            with zoo._cache_dir(os.path.join(root, "dlcb")):
-                yield root
+            yield root
         finally:
             for k, v in old.items():
                 if v is None:
@@ -456,13 +486,19 @@ def _tail(path: Path, lines: int = 6, chars: int = 800) -> str:
     return " | ".join(got)[-chars:]
 
 
-def _run_process(model: str, system: str, cfg: Config, timeout: float) -> list[dict[str, Any]]:
-    with fresh_caches() as root:
+def run_process(model: str, system: str, cfg: Config, timeout: float,
+                env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One (model, system) in a child process with empty caches (``env``: more variables for
+    it, e.g. ``CUDA_VISIBLE_DEVICES``); a crash, a non-zero exit or the ``timeout`` (its process
+    group killed) gives ``ms`` rows with the reason for the shapes it did not report. Touches no
+    state of this process, so threads may run several at once."""
+    with tempfile.TemporaryDirectory(prefix="dlcb_bench_") as root:
         out, errf = Path(root) / "rows.jsonl", Path(root) / "stderr.txt"
         job = json.dumps(dict(model=model, system=system, rows=str(out), config=asdict(cfg)))
         cmd = [sys.executable, "-m", "dlcb_lab.bench.models", "--one", job]
+        child = {**os.environ, **cache_env(root), **(env or {})}
         with open(errf, "w") as fe:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe,
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, env=child,
                                     start_new_session=True)
             try:
                 rc = proc.wait(timeout=timeout)
@@ -508,7 +544,7 @@ def run(models: Sequence[str], systems: Sequence[str] = SYSTEMS, cfg: Config = C
             if skip_reason(system, cfg.device):
                 got = run_one(model, system, cfg)
             elif isolate:
-                got = _run_process(model, system, cfg, timeout)
+                got = run_process(model, system, cfg, timeout)
             else:
                 with fresh_caches():
                     got = run_one(model, system, cfg)
@@ -652,6 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30, help="timed calls per cell")
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls before them")
     ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
+    ap.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                    help="model and image inputs in this dtype")
     ap.add_argument("--out", default="data/bench", help="folder for models.csv and env.json")
     ap.add_argument("--markdown", action="store_true", help="print the summary as Markdown")
     ap.add_argument("--in-process", action="store_true",
@@ -666,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pairs = tuple(tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(","))
     cfg = Config(device=a.device, batches=_ints(a.batches), seqs=_ints(a.seqs),
                  text_shapes=pairs, res=a.res, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
-                 fp32=a.fp32)
+                 fp32=a.fp32, dtype=a.dtype)
     if cfg.cuda and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)

@@ -1,0 +1,316 @@
+"""Benchmark sweeps: ``bench.models`` cells over models x systems x resolutions, run by a local
+pool of processes or by Ray, resumable, gathered into one long-form DataFrame.
+
+    import dlcb_lab as dl
+    df = dl.bench.run(models=["resnet18", "bert"], systems=["eager", "dlcb-dynamic"],
+                      batches=(1, 8, 32), resolutions=(224,), dtype="float32", out="data/bench/x")
+    dlcb-lab bench --models resnet18,bert --systems eager,dlcb-dynamic --out data/bench/x [--ray]
+
+A **cell** is one (model, system, resolution) (text models: one (model, system) over every
+(batch, sequence) shape): one child process with empty caches (``models.run_process``), so a
+crash or a hang costs one cell, recorded as ``ms`` rows whose ``error`` says why (a timeout kills
+the cell's process group). Inside a cell the shapes run in order, so a system's recompiles show
+as ``recompile_s`` (``bench.models`` documents every column and metric).
+
+**Where cells run.** ``workers`` threads each start one cell process at a time: on CUDA one per
+GPU (``CUDA_VISIBLE_DEVICES`` names the worker's GPU), on the CPU one per core by default (each
+cell then gets ``cpus // workers`` threads). ``ray``: each cell is a Ray task asking for one GPU
+(CUDA) or one CPU, on the cluster at that address (``"auto"``: the one this machine belongs to;
+``""``: a local instance started here); the task runs the same child process on its node.
+
+**Resume.** With ``out``, every finished cell's rows are written at once (``models.csv``,
+atomically) beside ``env.json`` (``models.environment``). A later run with the same ``out``
+skips the cells already there, unless their configuration differs (an error: a sweep is one
+configuration) or ``retry_failed`` and the cell's process crashed, hung or was not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from . import models as bm
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PROCESS_FAILURES = ("process exited", "process killed", "ray task failed")
+"""``error`` prefixes of a cell whose process did not finish (``retry_failed`` runs it again)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    system: str
+    res: int | None   # images; None: a text model (its shapes are the config's text shapes)
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.system}" + (f" {self.res}px" if self.res else "")
+
+
+def plan(models: Sequence[str], systems: Sequence[str], resolutions: Sequence[int],
+         cfg: bm.Config) -> list[Cell]:
+    """The sweep's cells in run order: model outer, then resolution, then system. A model of
+    fixed resolution (``zoo.ModelSpec.fixed_res``) gets one resolution, its own."""
+    from . import zoo
+
+    out = []
+    for m in models:
+        if m in bm.TEXT:
+            out += [Cell(m, s, None) for s in systems]
+            continue
+        spec = zoo.MODELS[m]
+        for r in dict.fromkeys([spec.native] if spec.fixed_res else resolutions):
+            out += [Cell(m, s, int(r)) for s in systems]
+    return out
+
+
+def _key(r: dict[str, Any]) -> Cell:
+    return Cell(str(r["model"]), str(r["system"]), None if r["res"] is None else int(r["res"]))
+
+
+def _failed(rows: Iterable[dict[str, Any]]) -> bool:
+    return any(r["metric"] == "ms" and str(r.get("error") or "").startswith(PROCESS_FAILURES)
+               for r in rows)
+
+
+def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.SYSTEMS,
+        batches: Sequence[int] = (1, 8, 32), resolutions: Sequence[int] = (224,),
+        seqs: Sequence[int] = (32, 128, 512), text_shapes: Sequence[tuple[int, int]] | None = None,
+        dtype: str = "float32", device: str | None = None, tiny: bool = False, reps: int = 30,
+        warmup: int = 5, fp32: bool = False, out: str | Path | None = None,
+        workers: int | None = None, ray: str | None = None, timeout: float = 3600.0,
+        retry_failed: bool = False, progress: bool = True) -> "pd.DataFrame":
+    """Measure every cell of ``plan(models, systems, resolutions)`` (see the module doc); the
+    rows of the whole sweep (earlier runs' included, with ``out``) as a DataFrame with
+    ``bench.models.COLUMNS``, in plan order."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = bm.Config(device=device, batches=tuple(batches), seqs=tuple(seqs),
+                    text_shapes=None if text_shapes is None else tuple(map(tuple, text_shapes)),
+                    tiny=tiny, reps=reps, warmup=warmup, fp32=fp32, dtype=dtype)
+    cfg.torch_dtype   # noqa: B018 - validates dtype
+    _check_names(models, systems)
+    if cfg.cuda and not torch.cuda.is_available():
+        raise ValueError("device cuda but torch sees no CUDA device")
+    cells = plan(models, systems, resolutions, cfg)
+    done: dict[Cell, list[dict[str, Any]]] = {}
+    csv = None
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        csv = folder / "models.csv"
+        done = _resume(folder, cfg, retry_failed)
+        (folder / "env.json").write_text(json.dumps(
+            bm.environment(cfg, list(models), list(systems)), indent=1) + "\n")
+    todo = [c for c in cells if c not in done]
+    lock = threading.Lock()
+    bar = _bar(len(cells), len(cells) - len(todo), progress)
+
+    def finished(cell: Cell, rows: list[dict[str, Any]]) -> None:
+        with lock:
+            done[cell] = rows
+            if csv is not None:
+                _write(csv, [r for c in _order(done, cells) for r in done[c]])
+            errs = sorted({r["error"][:80] for r in rows if r["error"]})
+            bar.set_postfix_str(f"{cell}" + (f": {errs[0]}" if errs else ""), refresh=False)
+            bar.update(1)
+
+    try:
+        runner = _ray_cells if ray is not None else _pool_cells
+        for cell, rows in runner(todo, cfg, timeout, workers, ray):
+            finished(cell, rows)
+    finally:
+        bar.close()
+    return bm.frame([r for c in _order(done, cells) for r in done[c]])
+
+
+def _check_names(models: Sequence[str], systems: Sequence[str]) -> None:
+    from . import zoo
+
+    unknown = [m for m in models if m not in zoo.MODELS and m not in bm.TEXT]
+    if unknown:
+        raise ValueError(f"unknown models {unknown}: zoo.MODELS names or {', '.join(bm.TEXT)}")
+    unknown = [s for s in systems if s not in bm.SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown systems {unknown}; choose from {', '.join(bm.SYSTEMS)}")
+
+
+def _order(done: dict[Cell, list], cells: Sequence[Cell]) -> list[Cell]:
+    """Planned cells first (plan order), then earlier runs' others (as found)."""
+    planned = [c for c in cells if c in done]
+    return planned + [c for c in done if c not in set(planned)]
+
+
+def _resume(folder: Path, cfg: bm.Config, retry_failed: bool) -> dict[Cell, list[dict]]:
+    """The cells ``folder`` already holds, by cell; a configuration other than ``cfg`` is an
+    error; with ``retry_failed``, cells whose process failed are left out (run again)."""
+    import pandas as pd
+
+    csv, env = folder / "models.csv", folder / "env.json"
+    if not csv.exists():
+        return {}
+    if env.exists():
+        old = json.loads(env.read_text()).get("config")
+        if old is not None and bm.Config.from_dict(old) != cfg:
+            diff = {k: (v, getattr(cfg, k)) for k, v in bm.Config.from_dict(old).__dict__.items()
+                    if getattr(cfg, k) != v}
+            raise ValueError(f"{folder} holds a sweep of another configuration (saved, now: "
+                             f"{diff}): use another out folder")
+    df = pd.read_csv(csv, dtype={"error": str}).fillna({"error": ""})
+    cells: dict[Cell, list[dict]] = {}
+    for r in df.to_dict("records"):
+        r.update({k: None if pd.isna(r[k]) else int(r[k]) for k in ("batch", "seq", "res")})
+        cells.setdefault(_key(r), []).append(r)
+    if retry_failed:
+        cells = {c: rows for c, rows in cells.items() if not _failed(rows)}
+    return cells
+
+
+def _write(csv: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = csv.with_name(csv.name + ".tmp")
+    bm.frame(rows).to_csv(tmp, index=False)
+    os.replace(tmp, csv)   # a reader (or a killed sweep) never sees half a file
+
+
+def _bar(total: int, initial: int, on: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="cell", disable=not on, dynamic_ncols=True)
+
+
+# --- where cells run -----------------------------------------------------------------------------
+
+def _in_place(cell: Cell, cfg: bm.Config) -> list[dict[str, Any]] | None:
+    """A skipped cell's rows (no process needed), else None."""
+    if bm.skip_reason(cell.system, cfg.device):
+        return bm.run_one(cell.model, cell.system, replace(cfg, res=cell.res))
+    return None
+
+
+def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: int | None,
+                _ray: Any) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
+    """Cells on ``workers`` local slots, one child process each, as they finish."""
+    if cfg.cuda:
+        slots = workers or torch.cuda.device_count()
+        envs = [{"CUDA_VISIBLE_DEVICES": str(i % torch.cuda.device_count())}
+                for i in range(slots)]
+    else:
+        slots = workers or os.cpu_count() or 1
+        per = str(max(1, (os.cpu_count() or 1) // slots))
+        envs = [{} if slots == 1 else {"OMP_NUM_THREADS": per, "NUMBA_NUM_THREADS": per}
+                for _ in range(slots)]
+    free = list(range(slots))
+    lock = threading.Lock()
+
+    def one(cell: Cell) -> list[dict[str, Any]]:
+        with lock:
+            slot = free.pop()
+        try:
+            return bm.run_process(cell.model, cell.system, replace(cfg, res=cell.res), timeout,
+                                  envs[slot])
+        finally:
+            with lock:
+                free.append(slot)
+
+    pending = []
+    for cell in cells:
+        rows = _in_place(cell, cfg)
+        if rows is not None:
+            yield cell, rows
+        else:
+            pending.append(cell)
+    with ThreadPoolExecutor(slots, thread_name_prefix="dlcb-bench") as pool:
+        futs = {pool.submit(one, c): c for c in pending}
+        while futs:
+            ready, _ = wait(futs, return_when=FIRST_COMPLETED)
+            for f in ready:
+                yield futs.pop(f), f.result()
+
+
+def _ray_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, _workers: Any,
+               address: str) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
+    """Cells as Ray tasks (one GPU or one CPU each) on the cluster at ``address`` ("": a local
+    instance), as they finish; a task Ray could not run gives the cell's error rows."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    task = ray.remote(num_gpus=1 if cfg.cuda else 0, num_cpus=1, max_retries=0)(bm.run_process)
+    try:
+        refs = {}
+        for cell in cells:
+            rows = _in_place(cell, cfg)
+            if rows is not None:
+                yield cell, rows
+            else:
+                c = replace(cfg, res=cell.res)
+                refs[task.remote(cell.model, cell.system, c, timeout)] = (cell, c)
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            cell, c = refs.pop(ready[0])
+            try:
+                rows = ray.get(ready[0])
+            except Exception as err:   # noqa: BLE001 - a lost node or worker: this cell only
+                why = f"ray task failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
+                rows = [bm._row(cell.model, cell.system, s, "ms", None, why)
+                        for s in c.shapes(cell.model)]
+            yield cell, rows
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def main_args(ap) -> None:
+    """The ``dlcb-lab bench`` options (``cli``)."""
+    ap.add_argument("--models", help=f"comma-separated (default {','.join(bm.DEFAULT_MODELS)})")
+    ap.add_argument("--systems", help=f"comma-separated (default {','.join(bm.SYSTEMS)})")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--res", default="224", help="image sides, comma-separated")
+    ap.add_argument("--seqs", default="32,128,512", help="text: sequence lengths x --batches")
+    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128,32x512")
+    ap.add_argument("--dtype", default="float32", choices=list(bm.DTYPES))
+    ap.add_argument("--device", choices=["cuda", "cpu"])
+    ap.add_argument("--tiny", action="store_true", help="tiny transformers, small images")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
+    ap.add_argument("--out", default="data/bench/sweep", help="folder: models.csv, env.json")
+    ap.add_argument("--workers", type=int, help="local slots (default: GPUs, or CPU cores)")
+    ap.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                    help="cells as Ray tasks (no address: a local instance)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="s per cell")
+    ap.add_argument("--retry-failed", action="store_true",
+                    help="run again the cells whose process crashed or hung")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as Markdown")
+
+
+def main(a, log: Callable[[str], None] = print) -> int:
+    """``dlcb-lab bench``: the sweep, then its speedup summary."""
+    from . import zoo
+
+    pairs = None
+    if a.text_shapes:
+        pairs = [tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(",")]
+    df = run(models=bm._names(a.models, bm.DEFAULT_MODELS),
+             systems=bm._names(a.systems, bm.SYSTEMS), batches=bm._ints(a.batches),
+             resolutions=bm._ints(a.res), seqs=bm._ints(a.seqs), text_shapes=pairs,
+             dtype=a.dtype, device=a.device, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
+             fp32=a.fp32, out=a.out, workers=a.workers, ray=a.ray, timeout=a.timeout,
+             retry_failed=a.retry_failed)
+    log(f"{a.out}/models.csv: {len(df)} rows, {df[df.metric == 'ms'].value.notna().sum()} "
+        f"timed cells of {int((df.metric == 'ms').sum())}")
+    if (df[df.system == "eager"].metric == "ms").any():
+        log(zoo.format_table(bm.summary(df), a.markdown))
+    return 0
+
+
+__all__ = ["Cell", "plan", "run", "PROCESS_FAILURES"]
