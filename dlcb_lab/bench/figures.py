@@ -183,16 +183,16 @@ def fig3(df: "pd.DataFrame"):
     _log_y(axes[1], " s")
     axes[1].set_ylabel("recompile (log)")
     axes[1].set_title("a new shape: median recompile (DLCB dynamic: the call)")
-    if not phases.empty:
-        steps = list(dict.fromkeys(phases.metric))
+    timed = [m for m in models if m in set(phases.model)]   # runs with phase rows
+    if timed:
         pm = phases.groupby(["model", "metric"]).value.first()
-        bottom = [0.0] * len(models)
-        for st in steps:
-            vals = [pm.get((m, st), 0.0) for m in models]
-            axes[2].bar(range(len(models)), vals, 0.6, bottom=bottom,
+        bottom = [0.0] * len(timed)
+        for st in dict.fromkeys(phases.metric):
+            vals = [pm.get((m, st), 0.0) for m in timed]
+            axes[2].bar(range(len(timed)), vals, 0.6, bottom=bottom,
                         label=st.removeprefix("phase_").removesuffix("_s"))
             bottom = [a + b for a, b in zip(bottom, vals)]
-        axes[2].set_xticks(range(len(models)), models, rotation=35, ha="right", fontsize=8)
+        axes[2].set_xticks(range(len(timed)), timed, rotation=35, ha="right", fontsize=8)
         axes[2].legend(fontsize=7, frameon=False)
     axes[2].set_ylabel("s")
     axes[2].set_title("DLCB dynamic: compile phases")
@@ -215,7 +215,8 @@ def write(df: "pd.DataFrame", out: str | Path) -> list[Path]:
             continue
         for ext in ("png", "svg"):
             p = folder / f"{name}.{ext}"
-            fig.savefig(p, dpi=120)
+            with plt.rc_context({"svg.hashsalt": name}):   # the same data, the same file
+                fig.savefig(p, dpi=120, metadata={"Date": None} if ext == "svg" else None)
             written.append(p)
         plt.close(fig)
     return written

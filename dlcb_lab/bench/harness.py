@@ -123,8 +123,9 @@ def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.S
             bar.update(1)
 
     try:
-        runner = _ray_cells if ray is not None else _pool_cells
-        for cell, rows in runner(todo, cfg, timeout, workers, ray):
+        runs = _ray_cells(todo, cfg, timeout, ray) if ray is not None else \
+            _pool_cells(todo, cfg, timeout, workers)
+        for cell, rows in runs:
             finished(cell, rows)
     finally:
         bar.close()
@@ -194,8 +195,8 @@ def _in_place(cell: Cell, cfg: bm.Config) -> list[dict[str, Any]] | None:
     return None
 
 
-def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: int | None,
-                _ray: Any) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
+def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: int | None
+                ) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
     """Cells on ``workers`` local slots, one child process each, as they finish."""
     if cfg.cuda:
         slots = workers or torch.cuda.device_count()
@@ -234,8 +235,8 @@ def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: 
                 yield futs.pop(f), f.result()
 
 
-def _ray_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, _workers: Any,
-               address: str) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
+def _ray_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, address: str
+               ) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
     """Cells as Ray tasks (one GPU or one CPU each) on the cluster at ``address`` ("": a local
     instance), as they finish; a task Ray could not run gives the cell's error rows."""
     import ray

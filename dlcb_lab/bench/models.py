@@ -27,7 +27,7 @@ torch.compile runs with ``recompile_limit = RECOMPILE_LIMIT`` (the default 8 wou
 a 9th shape to eager).
 
 Protocol. Each (model, system) runs in ``python -m dlcb_lab.bench.models --one ...`` with
-DLCB_CACHE_DIR (``zoo._cache_dir``), TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and
+DLCB_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and
 NUMBA_CACHE_DIR set to new empty folders (``--in-process``: same folders, one process). All under
 ``no_grad``, with torch's math flags as eager runs (cuDNN convolutions in TF32, cuBLAS matmuls in
 fp32; ``--fp32``: TF32 off everywhere, ``zoo.fp32_math``), the same for timing and check (a flip
