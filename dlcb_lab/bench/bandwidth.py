@@ -1,7 +1,9 @@
-"""Memory-bound subgraphs at ImageNet-like sizes: DLCB (one dynamic-batch compile) vs eager and
-``torch.compile(dynamic=True)``. Reports ``ms``: median latency of one synchronized call;
-``stream_ms`` (CUDA): mean time per call queued back to back (CUDA events), and ``GB/s`` from it
-(bytes of each input read once plus each output written once).
+"""Memory-bound subgraphs at ImageNet-like sizes: DLCB (one dynamic-batch compile, and its static
+twin compiled per batch) vs eager and ``torch.compile(dynamic=True)``. Reports ``ms``: median
+latency of one synchronized call; ``stream_ms`` (CUDA): mean time per call queued back to back
+(CUDA events), ``GB/s`` from it (bytes of each input read once plus each output written once), and
+``pct_copy``: a device-to-device copy moving the same bytes (system ``copy``) as a percentage of
+the call's ``stream_ms`` (100 = as fast as a copy).
 
     python -m dlcb_lab.bench.bandwidth [--backend cuda] [--out results.csv] [--no-inductor]
 """
@@ -40,7 +42,13 @@ class Softmax(torch.nn.Module):           # reduction + broadcast back (two pass
         return e / e.sum(-1, keepdim=True)
 
 
-MODELS = {"bias_relu": BiasReLU, "to_nhwc": ToNHWC, "global_pool": GlobalPool, "softmax": Softmax}
+class LayerNorm(torch.nn.Module):         # two-moment reduction over each (n, c) plane
+    def forward(self, x, s, b):
+        return torch.nn.functional.layer_norm(x, x.shape[-2:]) * s + b
+
+
+MODELS = {"bias_relu": BiasReLU, "to_nhwc": ToNHWC, "global_pool": GlobalPool, "softmax": Softmax,
+          "layer_norm": LayerNorm}
 
 
 def run(backend="auto", batches=(1, 8, 32, 128), chw=(64, 56, 56), with_inductor=True, reps=100):
@@ -62,21 +70,30 @@ def run(backend="auto", batches=(1, 8, 32, 128), chw=(64, 56, 56), with_inductor
         for n in batches:
             x = torch.randn(n, c, h, w, device=dev)
             want = m(x, s, b)
-            torch.testing.assert_close(cm(x, s, b), want, rtol=1e-5, atol=1e-5)
+            static = dl.compile(m, (x, s, b), backend=backend)
+            for got in (cm(x, s, b), static(x, s, b)):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
             nbytes = (x.numel() + want.numel() + 2 * c) * x.element_size()
-            systems = [("eager", lambda: m(x, s, b)), ("dlcb", lambda: cm(x, s, b))]
+            systems = [("eager", lambda: m(x, s, b)), ("dlcb", lambda: cm(x, s, b)),
+                       ("dlcb-static", lambda: static(x, s, b))]
             if tc is not None:
                 t0 = time.perf_counter()
                 tc(x, s, b)
                 sync()
                 rows.append((name, "torch.compile", n, "first_call_s", time.perf_counter() - t0))
                 systems.append(("torch.compile", lambda: tc(x, s, b)))
+            if dev == "cuda":   # the same bytes read and written by one device copy
+                src = torch.empty(nbytes // 2, dtype=torch.uint8, device=dev)
+                dst = torch.empty_like(src)
+                copy_ms = stream_ms(lambda: dst.copy_(src), reps=reps)
+                rows.append((name, "copy", n, "stream_ms", copy_ms))
             for sysname, fn in systems:
                 ms = _median_ms(fn, sync, reps=reps, warmup=10)
                 rows.append((name, sysname, n, "ms", ms))
                 if dev == "cuda":
                     ms = stream_ms(fn, reps=reps)
                     rows.append((name, sysname, n, "stream_ms", ms))
+                    rows.append((name, sysname, n, "pct_copy", 100 * copy_ms / ms))
                 rows.append((name, sysname, n, "GB/s", nbytes / ms / 1e6))
     return pd.DataFrame(rows, columns=["model", "system", "batch", "metric", "value"])
 
@@ -92,7 +109,7 @@ def main() -> None:
     df = run(a.backend, with_inductor=not a.no_inductor, **kw)
     if a.out:
         df.to_csv(a.out, index=False)
-    ms = df[df.metric.isin(["ms", "stream_ms", "GB/s"])]
+    ms = df[df.metric.isin(["ms", "stream_ms", "GB/s", "pct_copy"])]
     print(ms.pivot_table(index=["model", "batch"], columns=["metric", "system"],
                          values="value").round(3).to_string())
     print(df[df.metric.isin(["compile_s", "first_call_s"])].to_string(index=False))
