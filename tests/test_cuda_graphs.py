@@ -114,18 +114,19 @@ def test_off_by_environment(monkeypatch):
         dl.compile(m, (_x(2),), dynamic={0: {0: "N"}}, backend="cuda")
 
 
-class Embed(torch.nn.Module):
+class Embed(torch.nn.Module):   # a gather, a library call and kernels: replay pays
     def __init__(self, shift=False):
         super().__init__()
         self.emb = torch.nn.Embedding(10, 4)
+        self.fc = torch.nn.Linear(4, 4)
         self.shift = shift
 
     def forward(self, ids):
-        return self.emb(ids + 1 if self.shift else ids) * 2
+        return self.fc(self.emb(ids + 1 if self.shift else ids) * 2).softmax(-1) + 1
 
 
 def test_index_check_on_an_input_runs_before_each_replay():
-    m = Embed().to(DEV)
+    m = Embed().to(DEV).eval()
     ids = torch.randint(0, 10, (2, 5), device=DEV)
     cm = dl.compile(m, (ids,), dynamic={0: {0: "B", 1: "S"}}, backend="cuda")
     for _ in range(3):
@@ -141,7 +142,7 @@ def test_index_check_on_an_input_runs_before_each_replay():
 def test_index_computed_from_input_values_is_refused_by_name():
     """An index tensor computed from input values cannot be checked inside a graph: the thunk
     stays on plain launches, which check it per call, and says which step."""
-    m = Embed(shift=True).to(DEV)
+    m = Embed(shift=True).to(DEV).eval()
     ids = torch.randint(0, 9, (2, 5), device=DEV)
     cm = dl.compile(m, (ids,), dynamic={0: {0: "B"}}, backend="cuda")
     for _ in range(3):
@@ -154,12 +155,16 @@ def test_index_computed_from_input_values_is_refused_by_name():
 
 
 class Histogram(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
     def forward(self, x):   # histc (an eager step) with min == max == 0 reads x's range first
-        return torch.histc(x.relu(), bins=4) + 1
+        return self.fc(torch.histc(x.relu(), bins=4) + 1).softmax(-1) * 2
 
 
 def test_capture_failure_falls_back_and_names_the_step():
-    m = Histogram()
+    m = Histogram().to(DEV).eval()
     x = torch.randn(64, device=DEV)
     cm = dl.compile(m, (x,), dynamic={0: {0: "N"}}, backend="cuda")
     for n in (64, 64, 64, 100, 100):
@@ -198,3 +203,21 @@ def test_a_failed_capture_leaves_the_device_usable(net, monkeypatch):
     for _ in range(3):
         _check(m, cm, y)
     assert cm.stats()["graphs"]["replays"] >= 1, cm._thunk.graphs.refused
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+
+
+def test_one_large_kernel_stays_on_plain_launches():
+    """A replay would copy 64 MB in and out to save no launch: the cost model keeps the signature
+    plain and says why; a small call of a many-step module replays."""
+    cm = dl.compile(Scale(), (torch.randn(4, 8, device=DEV),), dynamic={0: {0: "N"}},
+                    backend="cuda")
+    x = torch.randn(1 << 22, 8, device=DEV)
+    for _ in range(3):
+        torch.testing.assert_close(cm(x), x * 2 + 1)
+    g = cm._thunk.graphs
+    assert cm.stats()["graphs"]["captures"] == 0 and len(g.plain) == 1, g.stats()
+    assert "save 0 launches" in g.plain[(x.device.index, tuple(x.shape))]

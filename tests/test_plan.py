@@ -170,3 +170,39 @@ def test_cpu_launcher_packs_in_abi_order(case, monkeypatch):
         assert [x.dtype.itemsize for x in args[:len(a.buffers)]] == \
             [p.dtype.torch.itemsize for p in a.buffers]
         assert all(isinstance(x, int) for x in args[len(a.buffers):])
+
+
+def test_replay_cost_model_keeps_copy_bound_calls_plain():
+    """``runtime.graphs``' cost model (pure arithmetic over the plan; no GPU): a replay saves the
+    plan's steps less itself and its copies, and costs the copies' bytes. One kernel never pays;
+    a four-step call with small tensors does; a large output outweighs the launches saved."""
+    from dlcb_lab.runtime.graphs import COPY_BYTES_PER_US, LAUNCH_US, GraphCache
+
+    class Steps(torch.nn.Module):   # kernel, library call, cooperative kernel, kernel
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(x * 2).softmax(-1) + 1
+
+    def cost(m, x_example, x):
+        cm = dl.compile(m.eval(), (x_example,), dynamic={0: {0: "N"}}, backend="cpu")
+        th = cm._thunk
+        tensors = th._check_args((x, *cm._constants))
+        return len(th.plan.steps), GraphCache(th)._costs_more(tensors, th._registers(tensors))
+
+    class One(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    assert cost(One(), torch.randn(2, 8), torch.randn(4, 8)) == \
+        (1, "plain launches: a replay would save 0 launches (~0 us) and copy 0.000256 MB in and "
+            "out (~0 us)")
+    assert cost(Steps(), torch.randn(2, 8), torch.randn(4, 8)) == (4, None)
+    # saved: 4 - replay - 1 input copy - 1 output copy = 1 launch; break-even at
+    # 2 * bytes / rate = LAUNCH_US, i.e. bytes = LAUNCH_US * rate / 2 (input and output alike)
+    n = int(LAUNCH_US * COPY_BYTES_PER_US / 2 / (2 * 8 * 4)) + 1
+    steps, why = cost(Steps(), torch.randn(2, 8), torch.randn(n, 8))
+    assert why is not None and why.startswith("plain launches: a replay would save 1 launches"), why
+    assert cost(Steps(), torch.randn(2, 8), torch.randn(n - 2, 8))[1] is None

@@ -7,6 +7,12 @@ those shapes. Per thunk, a ``GraphCache``:
 
 - **When**: the first call of a signature runs plain launches (the warm-up: cuBLAS/cuDNN handles,
   lazy module loads, and every index check); the second captures and replays; later calls replay.
+- **Whether**: a replay saves host launches but copies the inputs in and the outputs out. Per
+  signature, before its first call, a cost model compares the launches saved (the plan's steps
+  less the replay and its copies, ``LAUNCH_US`` each) with the copies' device time (bytes read
+  and written at ``COPY_BYTES_PER_US``); where the copies cost more (one large memory-bound
+  kernel; GPT-2's logits at 32x512), the signature stays on plain launches and ``plain`` says
+  why.
 - **Inputs**: copied into static buffers the graph was captured against (one device copy per user
   input; the module's constants are captured in place: they never change).
 - **Outputs**: copied out of the graph's pool after each replay, so a result the caller keeps is
@@ -26,6 +32,7 @@ those shapes. Per thunk, a ``GraphCache``:
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections import OrderedDict
@@ -40,6 +47,11 @@ if TYPE_CHECKING:
     from .thunks import Thunk
 
 DEFAULT_CAPACITY = 8
+LAUNCH_US = 4.0
+"""Host time one plain launch costs and a replay saves (the H200 measured 5-20 us per step of a
+plain call; the low end, so replay is chosen only where it clearly pays)."""
+COPY_BYTES_PER_US = 3.0e6
+"""Device copy rate for the cost model: 3 TB/s (the H200 copies at 3.8)."""
 
 
 def capacity_from_env() -> int:
@@ -71,6 +83,8 @@ class GraphCache:
         self.graphs: OrderedDict[tuple, _Entry] = OrderedDict()
         self.warm: set[tuple] = set()
         self.refused: dict[tuple, str] = {}
+        self.plain: dict[tuple, str] = {}
+        """Signatures the cost model keeps on plain launches, with the estimate (see ``_pays``)."""
         self.captures = self.replays = self.evictions = 0
         self._pool = None
         self._stream = None
@@ -81,7 +95,7 @@ class GraphCache:
     def stats(self) -> dict[str, Any]:
         return {"captures": self.captures, "replays": self.replays, "evictions": self.evictions,
                 "cached": len(self.graphs), "capacity": self.capacity,
-                "refused": dict(self.refused)}
+                "refused": dict(self.refused), "plain": dict(self.plain)}
 
     def clear(self) -> None:
         """Drop every graph (their memory returns to the pool)."""
@@ -98,10 +112,13 @@ class GraphCache:
                *(tuple(t.shape) for t in tensors[:n]))
         entry = self.graphs.get(key)
         if entry is None:
-            if key in self.refused:
+            if key in self.refused or key in self.plain:
                 return None
             if key not in self.warm:
                 self.warm.add(key)
+                why = self._costs_more(tensors, r)
+                if why is not None:
+                    self.plain[key] = why
                 return None
             entry = self._capture(key, tensors, r)
             if entry is None:
@@ -115,6 +132,24 @@ class GraphCache:
         entry.graph.replay()
         self.replays += 1
         return tuple(o.clone() for o in entry.outputs)
+
+    def _costs_more(self, tensors: list[torch.Tensor], r: Sequence[int]) -> str | None:
+        """Why a replay of this signature would cost more than plain launches, or None."""
+        plan, n = self.thunk.plan, self.thunk.n_user
+        moved = sum(t.numel() * t.element_size() for t in tensors[:n])
+        for o in plan.outputs:
+            if o.src is Src.INPUT:
+                moved += tensors[o.index].numel() * tensors[o.index].element_size()
+            else:
+                b = plan.buffers[o.index]
+                moved += math.prod(r[k] for k in b.shape_regs) * b.dtype.itemsize
+        saved = len(plan.steps) - 1 - n - len(plan.outputs)   # less the replay and its copies
+        copy_us = 2 * moved / COPY_BYTES_PER_US                # each byte read and written
+        if saved * LAUNCH_US > copy_us:
+            return None
+        return (f"plain launches: a replay would save {max(saved, 0)} launches "
+                f"(~{max(saved, 0) * LAUNCH_US:.0f} us) and copy {moved / 1e6:.3g} MB in and out "
+                f"(~{copy_us:.0f} us)")
 
     def _capture(self, key: tuple, tensors: list[torch.Tensor], r: Sequence[int]
                  ) -> _Entry | None:
