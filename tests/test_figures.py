@@ -7,9 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from dlcb_lab import cli
 from dlcb_lab.bench import figures
@@ -67,6 +65,8 @@ def test_cli_figures(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["05_fig2_throughput", "06_fig3_compile_time"])
 def test_notebook_draws_its_figures(name):
+    nbformat = pytest.importorskip("nbformat")   # a dev dependency (the device image lacks it)
+    NotebookClient = pytest.importorskip("nbclient").NotebookClient
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", 4)
     NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(ROOT / "notebooks")}}
                    ).execute()
