@@ -84,8 +84,8 @@ class Spy:
             def __init__(self, f):
                 self.f = f
 
-            def choose(self, *a):
-                return self.f.choose(*a)
+            def __getattr__(self, name):   # choose, width, geometry: the launcher's own
+                return getattr(self.f, name)
 
             def __call__(self, *a):
                 spy.launches += 1
@@ -108,18 +108,15 @@ class Spy:
 
 
 class Recorder:
-    """Stands in for a launcher: records (variant, numel, params, narrow) of each launch, then
-    launches it."""
+    """Stands in for a launcher: records (variant, numel, params, narrow, width) of each launch,
+    then launches it."""
 
     def __init__(self, f, log):
         self.f, self.log = f, log
 
-    def choose(self, *a):
-        return self.f.choose(*a)
+    def __getattr__(self, name):   # choose, width, geometry: the launcher's own
+        return getattr(self.f, name)
 
-    def geometry(self, *a):
-        return self.f.geometry(*a)
-
-    def __call__(self, variant, numel, out, ins, params, narrow=False):
-        self.log.append((variant, numel, tuple(params), narrow))
-        return self.f(variant, numel, out, ins, params, narrow)
+    def __call__(self, variant, numel, out, ins, params, narrow=False, width=1):
+        self.log.append((variant, numel, tuple(params), narrow, width))
+        return self.f(variant, numel, out, ins, params, narrow, width)

@@ -21,8 +21,9 @@ from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.dims import lit
 from dlcb_lab.hostgen.lower import lower
 from dlcb_lab.kgen.infer import coord_var, infer_kernels, materialized_values
-from dlcb_lab.kgen.emit import cuda_kernel, cuda_module, numba_kernel, numba_module
-from dlcb_lab.kgen.emit import NARROW, all_variants, entry_points
+from dlcb_lab.kgen.emit import (NARROW, VECTOR, cuda_kernel, cuda_module, numba_kernel,
+                                numba_module)
+from dlcb_lab.kgen.emit import all_variants, entry_points
 from dlcb_lab.runtime.nvrtc import compile_cubin
 
 from models import BY_NAME, CASES, NanProp
@@ -53,8 +54,9 @@ VARIANTS = [(c, "dynamic", torch.float32) for c in CASES] + \
                          ids=[f"{c.name}-{s}-{str(d)[6:]}" for c, s, d in VARIANTS])
 def test_cuda_compiles_with_nvrtc(case, spec, dtype):
     g, bodies = build(case, spec, dtype=dtype)
-    src = cuda_module(bodies)
-    assert src.count("__global__") == len(entry_points(bodies)) >= 2
+    widths = ("", NARROW, VECTOR)   # every entry point a build makes, the vectorized ones too
+    src = cuda_module(bodies, widths)
+    assert src.count("__global__") == len(entry_points(bodies, widths)) >= 2
     for b in all_variants(bodies):
         assert f'extern "C" __global__ void {b.name}(' in src
     assert is_cubin(compile_cubin(src, arch="sm_90"))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlcb_lab as dl
-from dlcb_lab.kgen.emit import entry_points
+from dlcb_lab.kgen.emit import NARROW, VECTOR, entry_points
 from dlcb_lab.runtime import nvrtc
 from dlcb_lab.runtime import launchers, thunks as thunks_mod
 
@@ -40,7 +40,7 @@ def test_matches_eager_dynamic_batch(compiled, case, n):
     check_eager(case, cm, case.inputs(n, device=DEV))
     s = cm.stats()
     assert s["compiles"] == 1 and s["thunk"] == "dynamic"
-    entries = len(entry_points([k.body for k in cm.pipeline.kernels]))
+    entries = len(entry_points([k.body for k in cm.pipeline.kernels], ("", NARROW, VECTOR)))
     assert s["kernel_builds"] == s0["kernel_builds"] == entries >= 2 * s["kernels"]
     assert s["calls"] == s0["calls"] + 1
     assert nvrtc.nvrtc_compile_count() == nv0, "a call compiled CUDA"

@@ -12,7 +12,7 @@ import torch
 import dlcb_lab as dl
 from dlcb_lab.runtime import launchers
 
-from harness import Spy
+from harness import Recorder, Spy
 from test_edge_cases import INT_PAIRS, Fn, Fn2, _ints, run
 from test_structure import HOSTILE, Overflow, Worked
 
@@ -37,21 +37,12 @@ def test_fused_intermediate_past_int32():
     m = Overflow()
     cm = dl.compile(m, (x[:4], torch.randn(1, 65536, dtype=torch.float64, device=DEV)),
                     {0: {0: "N"}, 1: {1: "M"}}, backend="cuda")
-    thunk, narrow = cm.pipeline.thunks[0], []
-
-    class Record:   # the thunk's launchers, recording the index width each launch takes
-        def __init__(self, f):
-            self.f, self.choose = f, f.choose
-
-        def __call__(self, *a):
-            narrow.append(a[-1])
-            return self.f(*a)
-
-    thunk.launchers = [Record(f) for f in thunk.launchers]
+    thunk, log = cm.pipeline.thunks[0], []
+    thunk.launchers = [Recorder(f, log) for f in thunk.launchers]   # each launch's index width
     got = cm(x, y)
     want = m(x, y)
     torch.cuda.synchronize()
-    assert narrow == [False, True], narrow   # sum: 64-bit; x * 2: 32-bit
+    assert [e[3] for e in log] == [False, True], log   # sum: 64-bit; x * 2: 32-bit
     torch.testing.assert_close(got[0], want[0], rtol=1e-9, atol=1e-6)
     torch.testing.assert_close(got[1], want[1])
     del want
@@ -123,3 +114,33 @@ def test_pickle_cuda():
     cm2 = pickle.loads(pickle.dumps(cm))
     x, y = torch.randn(9, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)
     torch.testing.assert_close(cm2(x, y), cm(x, y))
+
+
+class Affine(torch.nn.Module):   # per-element: a vector load of x, scalar loads of s and b
+    def forward(self, x, s, b):
+        return torch.relu(x * s + b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_vectorized_entry_point(dtype, monkeypatch):
+    """The vectorized entry point where numel divides by its width and every vector access is
+    aligned; the scalar one otherwise (an odd numel, an input 1 element off its allocation):
+    the right values either way, and the launch trace says which ran."""
+    s = torch.randn(1, 6, 1, 1, device=DEV, dtype=dtype)
+    b = torch.randn(1, 6, 1, 1, device=DEV, dtype=dtype)
+    cm = dl.compile(Affine(), (torch.randn(2, 6, 5, 8, device=DEV, dtype=dtype), s, b),
+                    dynamic={0: {0: "N", 3: "W"}}, backend="cuda")
+    th, log = cm._thunk, []
+    monkeypatch.setattr(th, "graphs", None)   # a replay reads its own (aligned) input copies
+    monkeypatch.setattr(th, "launchers", [Recorder(f, log) for f in th.launchers])
+    w = 16 // torch.tensor([], dtype=dtype).element_size()
+    big = torch.randn(4 * 6 * 5 * 8 + 1, device=DEV, dtype=dtype)
+    cases = [(big[:4 * 6 * 5 * 8].view(4, 6, 5, 8), w),      # aligned, numel % w == 0
+             (big[1:].view(4, 6, 5, 8), 1),                   # 1 element off: scalar
+             (torch.randn(3, 6, 5, 7, device=DEV, dtype=dtype), 1)]   # 630 elements
+    for x, want_w in cases:
+        log.clear()
+        torch.testing.assert_close(cm(x, s, b), Affine()(x, s, b))
+        assert [e[-1] for e in log] == [want_w], (x.shape, log)
+    t = cm.trace(cases[0][0], s, b)
+    assert [(st.name.endswith("_v"), st.width) for st in t.steps] == [(True, w)]

@@ -187,17 +187,17 @@ class Direct:
     def __init__(self, launcher, kernel, log):
         self.f, self.k, self.log = launcher, kernel, log
 
-    def choose(self, *a):
-        return self.f.choose(*a)
+    def __getattr__(self, name):   # choose, width, geometry: the launcher's own
+        return getattr(self.f, name)
 
-    def __call__(self, variant, numel, out, ins, params, narrow=False):
+    def __call__(self, variant, numel, out, ins, params, narrow=False, width=1):
         k = self.k.variant(variant)
         d = k.check(out, *ins)
         assert (d.variant, d.numel, tuple(v for _, v in d.params), d.narrow) == \
             (variant, numel, tuple(params), narrow), (self.k.name, d)
         mine = torch.empty_like(out)
         k.forall(numel)(mine, *ins)
-        self.f(variant, numel, out, ins, params, narrow)
+        self.f(variant, numel, out, ins, params, narrow, width)
         self.log.append((self.k.name, mine, out))
 
 

@@ -14,7 +14,8 @@ import torch
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, pack
-from dlcb_lab.kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, entry_points,
+from dlcb_lab.kgen.emit import (NARROW, VECTOR, all_variants, cuda_kernel, cuda_module,
+                                entry_points, vector_loads, vector_width,
                                 numba_kernel, numba_signature, signature)
 from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.runtime.cuda_launch import CudaModule
@@ -32,6 +33,13 @@ def bodies_of(name: str):
     return infer_kernels(g, cooperative=True)
 
 
+def bodies_of_dtype(name: str, dtype: torch.dtype):
+    case = BY_NAME[name]
+    xs = [x.to(dtype) if x.is_floating_point() else x for x in case.inputs(3)]
+    g = to_ir(case.module().to(dtype), xs, case.dynamic)
+    return infer_kernels(g, cooperative=True)
+
+
 def _cuda_params(src: str, entry: str) -> list[str]:
     m = re.search(rf'extern "C" __global__ void {entry}\(([^)]*)\)', src)
     assert m, entry
@@ -45,8 +53,8 @@ def test_sources_print_the_abi(name):
         assert [p.kind for p in a.params] == sorted((p.kind for p in a.params), key=ORDER.index)
         want = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
                 if p.is_buffer else f"long long {p.name}" for p in a.params]
-        src = cuda_kernel(k)
-        for suffix in ("", NARROW):                       # both index widths, one parameter list
+        src = cuda_kernel(k, ("", NARROW, VECTOR))
+        for suffix in ("", NARROW) + (VECTOR,) * (vector_width(k) > 1):   # one parameter list
             assert _cuda_params(src, k.name + suffix) == want
         assert signature(k) == a.launch_kinds == tuple(
             "ptr" if p.is_buffer else "i64" for p in a.params)
@@ -83,6 +91,39 @@ def test_index_widths_build_apart():
     assert later.done()
     assert mod.cubin == later.result() and mod.cubin[:4] == b"\x7fELF"
     assert all(e.encode() in mod.cubin for e in names[""]) and "pending" not in repr(mod)
+
+
+def test_vectorized_entry_points():
+    """Per-element kernels get a vectorized entry point (16 bytes of output per thread; loads at
+    the output's own index move as vectors); reductions and cooperative kernels do not. The
+    launcher takes it only for variant 0 at 32-bit index, ``numel`` a multiple of the width and
+    every vector access aligned (checked on the pointers; CPU tensors stand in for them here)."""
+    from dlcb_lab.runtime.launchers import CudaLauncher, Vector
+
+    widths = {k.name: (vector_width(k), vector_loads(k)) for k in all_variants(bodies_of("mixed"))}
+    kinds = {k.name: k for k in all_variants(bodies_of("mixed"))}
+    assert any(w == 4 for w, _ in widths.values()), widths          # float32: 4 per thread
+    for name, (w, loads) in widths.items():
+        k = kinds[name]
+        assert (w == 1) == (k.cooperative or bool(k.coord_map.loops)), name
+        assert set(loads) <= set(range(len(k.inputs)))
+    half = bodies_of_dtype("binary", torch.float16)
+    assert {vector_width(k) for k in half} == {8}
+    src = cuda_kernel(half[0], (NARROW, VECTOR))
+    assert "dlcb_vec<dlcb_f16, 8> vout;" in src and "#pragma unroll" in src
+
+    ln = CudaLauncher({}, vector=Vector(None, 4, ((1, 16),), 16))
+    base = torch.zeros(64)
+    out, a, b = base[:32], torch.zeros(64)[:32], torch.zeros(64)
+    assert ln.width(0, 32, True, out, [b, a]) == 4
+    assert ln.width(0, 32, True) == 4                      # no pointers: taken as aligned
+    assert ln.width(0, 30, True, out, [b, a]) == 1         # numel not a multiple of 4
+    assert ln.width(0, 32, False, out, [b, a]) == 1        # 64-bit index
+    assert ln.width(1, 32, True, out, [b, a]) == 1         # the cooperative variant
+    assert ln.width(0, 32, True, out, [b, a[1:]]) == 1     # a vector input 4 bytes off
+    assert ln.width(0, 32, True, out, [b[1:], a]) == 4     # a scalar input may be anywhere
+    assert ln.width(0, 32, True, base[2:34], [b, a]) == 1  # the output 8 bytes off
+    assert ln.geometry(0, 4096, 4) == (4, 256) and ln.geometry(0, 4096) == (16, 256)
 
 
 def test_abi_order_enforced_and_pack():
@@ -131,7 +172,7 @@ def test_one_walker(convpool, monkeypatch):
     convpool(x)
     t = convpool.trace(x)
     assert t.ok
-    assert [(s.variant, s.numel, tuple(v for _, v in s.params), s.narrow)
+    assert [(s.variant, s.numel, tuple(v for _, v in s.params), s.narrow, s.width)
             for s in t.steps if s.kind == "kernel"] == log
     assert [s.kind for s in t.steps] == [
         "library" if ps.kind == "library" else "kernel"

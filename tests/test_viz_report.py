@@ -121,7 +121,8 @@ def test_trace_equals_the_call(cm, monkeypatch, n, h, w):
     lt = cm.trace(x, y)
     assert lt.ok and lt.host.registers == t.registers
     kernels = [s for s in lt.steps if s.kind == "kernel" and s.numel]
-    assert [(s.variant, s.numel, tuple(v for _, v in s.params), s.narrow) for s in kernels] == log
+    assert [(s.variant, s.numel, tuple(v for _, v in s.params), s.narrow, s.width)
+            for s in kernels] == log
     by_out = {s.out: s for s in lt.steps}
     assert [list(by_out[plan.buffers[o.index].value].shape) for o in plan.outputs] == \
         [list(g.shape) for g in outs]

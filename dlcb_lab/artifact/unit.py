@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError
-from ..kgen.emit import cuda_module, entry_points, numba_module
+from ..kgen.emit import VECTOR, cuda_module, entry_points, numba_module
 from ..records import Pipeline
 from ..runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
 from .format import (ArtifactDeviceError, Reader, TensorTable, Writer, dump_records,
@@ -67,6 +67,7 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
         meta["entry_points"] = entry_points(bodies)
         meta["arch"] = device_arch()
         cubins, meta["units"] = _cubins_of(thunk, prefix)
+        meta["vectorized"] = any(ln.vector is not None for ln in thunk.launchers)
         for j, (narrow, wide) in enumerate(cubins):
             w.add(f"{prefix}/kernels.{j}.cubin", narrow)
             w.add(f"{prefix}/kernels.{j}.wide.cubin", wide)
@@ -180,7 +181,7 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
     NVRTC)."""
     if not bodies:
         return []
-    from ..runtime.build import cuda_launchers
+    from ..runtime.build import cuda_launchers, narrow_unit
 
     if entry_points(bodies) != meta.get("entry_points"):
         raise ArtifactError(f"{what}: entry points differ from the manifest's")
@@ -190,7 +191,8 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
         raise ArtifactError(f"{what}: the manifest's kernel units do not cover its kernels")
     cubins = [(r.member(f"{prefix}/kernels.{j}.cubin"), r.member(f"{prefix}/kernels.{j}.wide.cubin"))
               for j in range(len(groups))]
-    return cuda_launchers(bodies, cubins, groups)
+    vectorized = meta.get("vectorized") is True and VECTOR in narrow_unit()
+    return cuda_launchers(bodies, cubins, groups, vectorized)
 
 
 # --- CPU (numba) -----------------------------------------------------------------------------------

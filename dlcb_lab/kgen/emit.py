@@ -41,6 +41,31 @@ NARROW = "_i32"
 """Suffix of a kernel's 32-bit-index entry point (valid while every index bound fits in int32)."""
 WIDTHS = ("", NARROW)
 """The entry points' index widths as name suffixes: 64-bit (``""``), 32-bit (``NARROW``)."""
+VECTOR = "_v"
+"""Suffix of a kernel's vectorized entry point (32-bit index arithmetic, ``vector_width`` outputs
+per thread; paper §4.5). Emitted beside ``NARROW`` where the kernel has one."""
+VECTOR_BYTES = 16
+"""Output bytes per thread of a vectorized entry point (one 128-bit store)."""
+
+_ELEMENTWISE = (IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Store)
+
+
+def vector_width(k: KernelBody) -> int:
+    """Consecutive outputs per thread of ``k``'s vectorized entry point, or 1 where it has none.
+    One thread-per-output kernel whose every statement is per element (no loop, reduction or
+    scattered store) gets one: ``VECTOR_BYTES`` of output (at most 8 elements). Each thread
+    computes its outputs' coordinates as the scalar kernel does; the store, and each load at the
+    output's own index (``vector_loads``), move as one aligned vector."""
+    if k.cooperative or not all(isinstance(s, _ELEMENTWISE) for s in k.stmts):
+        return 1
+    return max(1, min(8, VECTOR_BYTES // k.dtype.torch.itemsize))
+
+
+def vector_loads(k: KernelBody) -> tuple[int, ...]:
+    """Inputs of ``k`` its vectorized entry point reads as vectors: those loaded, unpredicated,
+    at the output's own index ``t`` (an elementwise operand of the output's shape)."""
+    return tuple(sorted({s.buf for s in k.stmts
+                         if isinstance(s, Load) and s.index == "t" and not s.pred}))
 
 
 def all_variants(kernels: Sequence[KernelBody]) -> list[KernelBody]:
@@ -121,7 +146,7 @@ class _Printer:
 
     @stmt.register
     def _(self, s: Load) -> str:
-        load = f"in{s.buf}[{s.index}]"
+        load = self.load(s)
         if s.dtype.reduced:
             load = f"{self.widen(s.dtype)}({load})"
         if s.pred:
@@ -202,6 +227,10 @@ class _Printer:
     @stmt.register
     def _(self, s: StoreAt) -> str:
         return self.assign(f"out[{s.index}]", self.narrow(s.value))
+
+    def load(self, s: Load) -> str:
+        """The buffer element ``s`` reads."""
+        return f"in{s.buf}[{s.index}]"
 
     def operand(self, a: Ref | Imm, c: DType) -> str:
         """``a`` converted to the compute dtype ``c`` (a register type)."""
@@ -324,11 +353,47 @@ class _Cuda(_Printer):
         return f"for (I {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
 
 
+class _CudaVector(_Cuda):
+    """The per-element statements of one of a thread's ``vector_width`` outputs (``j``): loads at
+    ``t`` read lane ``j`` of the vector loaded before the lane loop, the store writes lane ``j``
+    of the output vector."""
+
+    def __init__(self, k: KernelBody):
+        super().__init__(k)
+        self.vectors = set(vector_loads(k))
+
+    def load(self, s: Load) -> str:
+        return f"vin{s.buf}.v[j]" if s.buf in self.vectors and s.index == "t" and not s.pred \
+            else super().load(s)
+
+    def store(self, value: str) -> str:
+        return f"vout.v[j] = {value};"
+
+
+def _vector_body(k: KernelBody, params: list[str]) -> list[str]:
+    """``name_vbody<I>``: ``vector_width(k)`` consecutive outputs per thread, ``numel`` a multiple
+    of it and every vector access aligned (the launcher checks both)."""
+    w, a = vector_width(k), abi(k)
+    vec = {p.name: f"dlcb_vec<{p.dtype.ctype}, {w}>" for p in a.buffers}
+    lines = ["template <typename I>", f"__device__ __forceinline__ void {k.name}_vbody("
+             f"{', '.join(params)}) {{",
+             "  const I step = (I)gridDim.x * blockDim.x;",
+             f"  const I nv = numel / {w};",
+             "  for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < nv; u += step) {"]
+    lines += [f"    const {vec[f'in{b}']} vin{b} = reinterpret_cast<const {vec[f'in{b}']}*>"
+              f"(in{b})[u];" for b in vector_loads(k)]
+    lines += [f"    {vec['out']} vout;", "    #pragma unroll",
+              f"    for (int j = 0; j < {w}; ++j) {{", f"      const I t = u * {w} + j;"]
+    lines += _CudaVector(k).block(k.stmts, "      ")
+    return lines + ["    }", f"    reinterpret_cast<{vec['out']}*>(out)[u] = vout;", "  }", "}"]
+
+
 def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     """The kernel body as a template over the index type ``I`` and, per index width of
     ``widths``, an entry point with the same ``long long`` parameters: ``name`` (64-bit index
     arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the launcher uses it when
-    every index bound fits)."""
+    every index bound fits); with ``VECTOR`` in ``widths``, ``name_v`` where ``vector_width(k)``
+    exceeds 1 (a 32-bit vectorized body)."""
     a = abi(k)
     bufs = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
             for p in a.buffers]
@@ -342,23 +407,29 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
         head.append("// one thread per output element")
         loop = ["  const I step = (I)gridDim.x * blockDim.x;",
                 "  for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {"]
+    params = bufs + [f"const I {n}" for n in ints]
+    widths = [w for w in widths if w != VECTOR or vector_width(k) > 1]
     lines = head + ["template <typename I>",
-                    f"__device__ __forceinline__ void {k.name}_body("
-                    f"{', '.join(bufs + [f'const I {n}' for n in ints])}) {{"] + loop
+                    f"__device__ __forceinline__ void {k.name}_body({', '.join(params)}) {{"] + loop
     lines += _Cuda(k).block(k.stmts, "    ")
     lines += ["  }", "}"]
+    if VECTOR in widths:
+        lines += _vector_body(k, params)
     sig = ", ".join(bufs + [f"long long {n}" for n in ints])
     for suffix in widths:
-        ty = "int" if suffix == NARROW else "long long"
+        ty = "long long" if suffix == "" else "int"
         args = ", ".join(names + [n if ty == "long long" else f"(int){n}" for n in ints])
+        body = "_vbody" if suffix == VECTOR else "_body"
         lines += [f'extern "C" __global__ void {k.name}{suffix}({sig}) {{',
-                  f"  {k.name}_body<{ty}>({args});", "}"]
+                  f"  {k.name}{body}<{ty}>({args});", "}"]
     return "\n".join(lines)
 
 
 def entry_points(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> list[str]:
-    """The ``extern "C"`` kernel names of a module (every variant at each of ``widths``)."""
-    return [k.name + s for k in all_variants(kernels) for s in widths]
+    """The ``extern "C"`` kernel names of a module (every variant at each of ``widths``; the
+    vectorized one where the kernel has it)."""
+    return [k.name + s for k in all_variants(kernels) for s in widths
+            if s != VECTOR or vector_width(k) > 1]
 
 
 def cuda_module(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> str:

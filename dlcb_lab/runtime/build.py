@@ -3,8 +3,9 @@ numba module file (CPU), and a launcher per kernel.
 
 CUDA: ptxas time grows with the kernels of a unit, and NVRTC releases the GIL, so a compile's
 kernels are split into contiguous units of about ``UNIT_BYTES`` of source each (at most one per
-CPU), compiled by parallel threads. Each unit is two cubins: the 32-bit index entry points, which
-every call whose index bounds fit in int32 launches, compiled before the compile returns; and the
+CPU), compiled by parallel threads. Each unit is two cubins: the 32-bit index entry points (and
+the vectorized ones, ``kgen.emit.VECTOR``), which every call whose index bounds fit in int32
+launches, compiled before the compile returns; and the
 64-bit ones, compiled on background threads (``nvrtc.compile_cubin_later``; about half of the
 NVRTC time off the compile's critical path), loaded when a call first needs one. ``units``
 records which kernels each pair holds; an artifact stores the cubins and that list
@@ -17,19 +18,28 @@ from typing import Any, Sequence
 
 import torch
 
-from ..kgen.emit import (NARROW, all_variants, cuda_kernel, cuda_module, entry_points,
-                         numba_module, signature)
+from ..kgen.abi import abi
+from ..kgen.emit import (NARROW, VECTOR, all_variants, cuda_kernel, cuda_module, entry_points,
+                         numba_module, signature, vector_loads, vector_width)
 from ..kgen.kir import KernelBody
-from .launchers import CpuLauncher, CudaLauncher
+from .launchers import CpuLauncher, CudaLauncher, Vector
+
+
+def narrow_unit() -> tuple[str, ...]:
+    """The entry points of a unit's first cubin: 32-bit index, and vectorized where a kernel has
+    one (``DLCB_VECTORIZE=0``: none; read at each build)."""
+    return (NARROW,) if os.environ.get("DLCB_VECTORIZE", "1") == "0" else (NARROW, VECTOR)
 
 UNIT_BYTES = 8_000
 """Source per NVRTC unit: each unit also pays NVRTC's start-up and the prelude's parse (~0.1 s)."""
 
 
 def units(bodies: Sequence[KernelBody], workers: int | None = None) -> list[tuple[int, ...]]:
-    """Contiguous groups of kernel positions, one translation unit each, of balanced source size:
-    ``min(workers (default: the CPUs), kernels, source / UNIT_BYTES)`` groups, at least one."""
-    sizes = [sum(len(cuda_kernel(v)) for v in b.variants()) for b in bodies]
+    """Contiguous groups of kernel positions, one translation unit each, of balanced source size
+    (the 32-bit unit's: ``narrow_unit``): ``min(workers (default: the CPUs), kernels, source /
+    UNIT_BYTES)`` groups, at least one."""
+    widths = narrow_unit()
+    sizes = [sum(len(cuda_kernel(v, widths)) for v in b.variants()) for b in bodies]
     n = max(1, min(workers or os.cpu_count() or 1, len(bodies), sum(sizes) // UNIT_BYTES))
     out, cur, acc, total = [], [], 0, sum(sizes)
     for i, sz in enumerate(sizes):
@@ -44,22 +54,38 @@ def units(bodies: Sequence[KernelBody], workers: int | None = None) -> list[tupl
 
 
 def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any]],
-                   groups: Sequence[Sequence[int]]) -> list[CudaLauncher]:
+                   groups: Sequence[Sequence[int]], vectorized: bool | None = None
+                   ) -> list[CudaLauncher]:
     """A launcher per kernel over the cubins of its unit (``groups[j]``: the kernels of
-    ``cubins[j]``, a pair (32-bit, 64-bit index entry points) of cubins or their futures)."""
+    ``cubins[j]``, a pair (32-bit, 64-bit index entry points) of cubins or their futures).
+    ``vectorized``: whether the 32-bit cubins hold the vectorized entry points (default: as
+    ``narrow_unit`` builds them)."""
     from .cuda_launch import CudaModule
 
     sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     launchers: list[CudaLauncher | None] = [None] * len(bodies)
+    unit = narrow_unit() if vectorized is None else (NARROW, VECTOR) if vectorized else (NARROW,)
     for pair, group in zip(cubins, groups):
         sub = [bodies[i] for i in group]
-        mods = {narrow: CudaModule(cubin, entry_points(sub, (NARROW if narrow else "",)))
+        mods = {narrow: CudaModule(cubin, entry_points(sub, unit if narrow else ("",)))
                 for narrow, cubin in zip((True, False), pair)}
         for i in group:
             launchers[i] = CudaLauncher({(j, narrow): mods[narrow].kernel(
                 v.name + NARROW * narrow, signature(v))
-                for j, v in enumerate(bodies[i].variants()) for narrow in (False, True)}, sm)
+                for j, v in enumerate(bodies[i].variants()) for narrow in (False, True)}, sm,
+                _vector(bodies[i], mods[True]) if VECTOR in unit else None)
     return launchers
+
+
+def _vector(k: KernelBody, mod) -> Vector | None:
+    """The launcher's view of ``k``'s vectorized entry point in ``mod``, or None."""
+    w = vector_width(k)
+    if w == 1:
+        return None
+    ins = abi(k).inputs
+    return Vector(mod.kernel(k.name + VECTOR, signature(k)), w,
+                  tuple((b, w * ins[b].dtype.torch.itemsize) for b in vector_loads(k)),
+                  w * k.dtype.torch.itemsize)
 
 
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
@@ -69,10 +95,11 @@ def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int
 
         groups, arch = units(bodies), device_arch()
         subs = [[bodies[i] for i in g] for g in groups]
-        narrow = compile_cubins([cuda_module(sub, (NARROW,)) for sub in subs], arch=arch)
+        narrow = compile_cubins([cuda_module(sub, narrow_unit()) for sub in subs], arch=arch)
         wide = [compile_cubin_later(cuda_module(sub, ("",)), arch=arch) for sub in subs]
         cubins = list(zip(narrow, wide))
-        return cuda_launchers(bodies, cubins, groups), 2 * len(all_variants(bodies))
+        return cuda_launchers(bodies, cubins, groups), \
+            2 * len(all_variants(bodies)) + sum(vector_width(b) > 1 for b in bodies)
     from .numba_cpu import load_numba_module
 
     mod, _ = load_numba_module(numba_module(bodies))

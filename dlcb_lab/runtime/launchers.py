@@ -1,12 +1,16 @@
 """Launchers: call one compiled kernel (and its variants) with buffers and int params.
 
-Both take ``(variant, numel, out, ins, params, narrow)``: ``variant`` 0 is one thread per output
-element, 1 (reductions) one block per output element; ``narrow`` selects the 32-bit index entry
-point (CUDA only; the host program decides it from the kernel's index bound). ``geometry(variant,
-numel)`` is the launch configuration ``(grid, block)`` a call uses (``Thunk.launches`` reports it;
-``Kernel.forall`` launches with it)."""
+Both take ``(variant, numel, out, ins, params, narrow, width)``: ``variant`` 0 is one thread per
+output element, 1 (reductions) one block per output element; ``narrow`` selects the 32-bit index
+entry point (CUDA only; the host program decides it from the kernel's index bound); ``width`` > 1
+the vectorized entry point, that many outputs per thread (``width(...)`` decides it at launch).
+``geometry(variant, numel, width)`` is the launch configuration ``(grid, block)`` a call uses
+(``Thunk.launches`` reports it; ``Kernel.forall`` launches with it)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -31,12 +35,16 @@ class CpuLauncher:
     def choose(self, numel: int, extent: int) -> int:
         return 0
 
-    def geometry(self, variant: int, numel: int) -> tuple[int, int]:
+    def width(self, variant: int, numel: int, narrow: bool, out=None, ins=()) -> int:
+        return 1
+
+    def geometry(self, variant: int, numel: int, width: int = 1) -> tuple[int, int]:
         """``(numel, 1)``: one ``prange`` iteration per output element (numba splits them over
         its threads)."""
         return numel, 1
 
-    def __call__(self, variant: int, numel: int, out: torch.Tensor, ins, params, narrow=False):
+    def __call__(self, variant: int, numel: int, out: torch.Tensor, ins, params, narrow=False,
+                 width=1):
         self.fn(*pack(_flat_array(out), [_flat_array(a) for a in ins], numel, params))
 
 
@@ -51,26 +59,53 @@ def _flat_array(t: torch.Tensor):
 class CudaLauncher:
     """``CudaKernel``s ``(out, *ins, numel, *params)`` (``kgen.abi``) keyed by (variant,
     narrow). The cooperative variant is chosen when the reduced extent is large enough to occupy
-    a block and either the outputs alone would not fill the GPU or the extent is long."""
+    a block and either the outputs alone would not fill the GPU or the extent is long.
+    ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None."""
 
-    def __init__(self, kernels: dict, sm_count: int = 132):
+    def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None):
         self.kernels = kernels
+        self.vector = vector
         self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
+
+    def width(self, variant: int, numel: int, narrow: bool, out=None, ins=()) -> int:
+        """Outputs per thread: the vectorized entry point's width where it applies (variant 0,
+        32-bit index, ``numel`` a multiple of the width, the output and every input it reads as
+        vectors aligned to a vector's bytes; pointers not given are taken as aligned), else 1."""
+        vec = self.vector
+        if vec is None or variant or not narrow or numel % vec.width:
+            return 1
+        if out is not None and (out.data_ptr() % vec.out_bytes or
+                                any(ins[i].data_ptr() % b for i, b in vec.loads)):
+            return 1
+        return vec.width
 
     def choose(self, numel: int, extent: int) -> int:
         if (1, False) not in self.kernels or extent < 64:
             return 0
         return 1 if (numel < self.fill or extent >= 4096) else 0
 
-    def geometry(self, variant: int, numel: int) -> tuple[int, int]:
-        """``(grid, block)`` for ``numel`` outputs: ``BLOCK`` threads per block, one thread (variant
-        0) or one block (variant 1) per output element, the grid capped at ``MAX_GRID`` (the
-        kernels loop grid-stride over the rest); grid 0 when there is nothing to compute."""
-        return min(MAX_GRID, numel if variant else -(-numel // BLOCK)), BLOCK
+    def geometry(self, variant: int, numel: int, width: int = 1) -> tuple[int, int]:
+        """``(grid, block)`` for ``numel`` outputs: ``BLOCK`` threads per block, one thread per
+        ``width`` output elements (variant 0) or one block per output element (variant 1), the
+        grid capped at ``MAX_GRID`` (the kernels loop grid-stride over the rest); grid 0 when
+        there is nothing to compute."""
+        return min(MAX_GRID, numel if variant else -(-(numel // width) // BLOCK)), BLOCK
 
-    def __call__(self, variant: int, numel: int, out, ins, params, narrow=False):
-        k = self.kernels[variant, narrow]
-        k[self.geometry(variant, numel)](*pack(out, ins, numel, params))
+    def __call__(self, variant: int, numel: int, out, ins, params, narrow=False, width=1):
+        k = self.vector.kernel if width > 1 else self.kernels[variant, narrow]
+        k[self.geometry(variant, numel, width)](*pack(out, ins, numel, params))
+
+
+@dataclass(frozen=True)
+class Vector:
+    """A kernel's vectorized entry point (``kgen.emit.VECTOR``): ``width`` outputs per thread,
+    ``loads`` (input position, bytes of one vector) for each input read as vectors, ``out_bytes``
+    the bytes of one output vector (each pointer must be a multiple of its vector's bytes)."""
+
+    kernel: Any
+    width: int
+    loads: tuple[tuple[int, int], ...]
+    out_bytes: int
 
 
 def check_index(t: torch.Tensor, extent: int, what: str) -> None:

@@ -22,7 +22,7 @@ from ..display import Rich
 from ..errors import ShapeMismatch
 from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src, VariantLaunch
 from ..hostgen.program import HostProgram, HostTrace
-from ..kgen.emit import NARROW
+from ..kgen.emit import NARROW, VECTOR
 from .args import check_inputs
 from .graphs import GraphCache, capacity_from_env
 from .launchers import NARROW_LIMIT, check_index
@@ -31,8 +31,9 @@ from .launchers import NARROW_LIMIT, check_index
 @dataclass(frozen=True)
 class StepLaunch:
     """One step of a call for concrete shapes. Kernels: ``name`` the entry point (the variant,
-    ``_i32`` when the 32-bit index entry point is taken), ``variant`` 0 one thread per output
-    element or 1 one block per output element, ``numel`` the elements (0: not launched),
+    ``_i32`` when the 32-bit index entry point is taken, ``_v`` the vectorized one), ``variant`` 0
+    one thread per output element (``width`` outputs per thread: > 1 vectorized, taking the
+    pointers as aligned) or 1 one block per output element, ``numel`` the elements (0: not launched),
     ``params`` the int params by code name, ``grid``/``block`` the launch configuration
     (``launcher.geometry``: blocks and threads per block on CUDA, ``(numel, 1)`` prange iterations
     on CPU). Library calls: ``name`` the op, ``params`` its keyword arguments. ``frees``: buffers
@@ -52,6 +53,7 @@ class StepLaunch:
     index_bound: int | None = None
     grid: int | None = None
     block: int | None = None
+    width: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,13 +158,15 @@ class Thunk(Rich):
                                       params=tuple(step.kwargs(r).items()), **common))
                 continue
             launcher, n, v, var, narrow = launch
-            grid, block = launcher.geometry(v, n)
-            out.append(StepLaunch(kind="kernel", name=var.name + NARROW * narrow,
+            w = launcher.width(v, n, narrow)
+            grid, block = launcher.geometry(v, n, w)
+            out.append(StepLaunch(kind="kernel",
+                                  name=var.name + (VECTOR if w > 1 else NARROW * narrow),
                                   params=tuple(zip(var.param_names, (r[p] for p in var.params))),
                                   numel=n, variant=v, narrow=narrow,
                                   index_bound=r[step.index_bound],
                                   extent=None if step.extent is None else r[step.extent],
-                                  grid=grid, block=block, **common))
+                                  grid=grid, block=block, width=w, **common))
         return LaunchTrace(self.kind, self.device, trace, tuple(out), None)
 
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -205,8 +209,9 @@ class Thunk(Rich):
                 out = bufs[step.out] = torch.empty(shape, dtype=plan.buffers[step.out].dtype,
                                                    device=dev)
                 if n:
-                    launcher(v, n, out, [get(o) for o in var.operands], [r[p] for p in var.params],
-                             narrow)
+                    ins = [get(o) for o in var.operands]
+                    launcher(v, n, out, ins, [r[p] for p in var.params], narrow,
+                             launcher.width(v, n, narrow, out, ins))
             for j in frees:
                 bufs[j] = None
         return tuple(get(o) for o in plan.outputs)

@@ -453,7 +453,9 @@ def launch_trace(t: LaunchTrace) -> Rendering:
             how, params = badge("library", "library"), _kv(s.params)
         else:
             width = "32-bit" if s.narrow else "64-bit"
-            var = "block per output" if s.variant else "thread per output"
+            var = "block per output" if s.variant else \
+                f"{s.width} outputs per thread (vectorized)" if (s.width or 1) > 1 else \
+                "thread per output"
             how = (f"{badge('kernel', 'generated')} {s.numel} elements, {var}, {width} index"
                    + ((f", {s.grid} prange iterations" if t.device == "cpu" else
                        f", grid {s.grid} &times; block {s.block}") if s.numel else
