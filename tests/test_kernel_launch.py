@@ -390,9 +390,10 @@ def test_gpu_torch_tensors_stream_and_forall(worked_cuda):
     k.forall(out.numel())(out, x, y)
     d = k.check(out, x, y)
     step = worked_cuda.trace(x, y).steps[0]
-    assert (d.entry, d.numel, d.narrow) == (step.name, step.numel, step.narrow) == \
-        ("dlcb_k0_reshape_i32", 7200, True)
-    assert (step.grid, step.block) == (-(-7200 // BLOCK), BLOCK)
+    assert (d.entry, d.numel, d.narrow) == ("dlcb_k0_reshape_i32", 7200, True)
+    # a call takes the vectorized entry point (4 floats per thread); direct launches, per element
+    assert (step.name, step.numel, step.narrow, step.width) == ("dlcb_k0_reshape_v", 7200, True, 4)
+    assert (step.grid, step.block) == (-(-7200 // 4 // BLOCK), BLOCK)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, want, rtol=0, atol=0)
 
