@@ -11,8 +11,8 @@ those shapes. Per thunk, a ``GraphCache``:
   signature, before its first call, a cost model compares the launches saved (the plan's steps
   less the replay and its copies, ``LAUNCH_US`` each) with the copies' device time (bytes read
   and written at ``COPY_BYTES_PER_US``); where the copies cost more (one large memory-bound
-  kernel; GPT-2's logits at 32x512), the signature stays on plain launches and ``plain`` says
-  why.
+  kernel, a language model's logits at a long sequence), the signature stays on plain launches
+  and ``plain`` says why.
 - **Inputs**: copied into static buffers the graph was captured against (one device copy per user
   input; the module's constants are captured in place: they never change).
 - **Outputs**: copied out of the graph's pool after each replay, so a result the caller keeps is
