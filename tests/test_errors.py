@@ -399,6 +399,28 @@ def test_positional_only_forward():
         cm(x, y=y)
 
 
+def test_var_positional_forward():
+    """``forward(*xs)`` and ``forward(a, *xs)``: one input per example, named as export names them
+    (``xs_0``, ``xs_1``...), dynamic by position or by that name (the fuzzer's first find: three
+    examples gave two inputs, ``input1`` and ``input2``)."""
+    class Star(torch.nn.Module):
+        def forward(self, *xs):
+            return xs[0] + xs[1] * xs[2]
+
+    class Head(torch.nn.Module):
+        def forward(self, a, *xs):
+            return a - xs[0] * xs[1]
+
+    xs = [torch.randn(3, 4) for _ in range(3)]
+    for m, sig, dyn in [
+            (Star(), "(xs_0, xs_1, xs_2, /)", {0: {0: "N"}, 1: {0: "N"}, "xs_2": {0: "N"}}),
+            (Head(), "(a, xs_0, xs_1, /)", {"a": {0: "N"}, 1: {0: "N"}, 2: {0: "N"}})]:
+        cm = dl.compile(m, xs, dynamic=dyn, backend="cpu")
+        assert repr(cm.signature) == sig
+        ys = [torch.randn(5, 4) for _ in range(3)]
+        torch.testing.assert_close(cm(*ys), m(*ys))
+
+
 def test_signature_survives_pickling(scaled):
     import pickle
 

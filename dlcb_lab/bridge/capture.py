@@ -68,6 +68,23 @@ class Captured:
         return self.program.graph_module.graph
 
 
+def _signature_names(module: Any) -> list[str]:
+    try:
+        return list(inspect.signature(getattr(module, "forward", module)).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _group_var_positional(shapes: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """Export's form of per-input specs for a ``forward(a, *xs)``: the inputs past the named ones
+    (``xs_0``, ``xs_1``... here) as one tuple under the ``*args`` name."""
+    if all(k in names for k in shapes):
+        return shapes
+    var = next(n for k, n in zip(shapes, names) if k != n)
+    head = {k: v for k, v in shapes.items() if k in names}
+    return {**head, var: tuple(v for k, v in shapes.items() if k not in names)}
+
+
 def _parameters(module: Any, n: int) -> list[tuple[str, bool]]:
     """(name, keyword-only) of ``forward``'s first ``n`` parameters; ``SpecError`` when ``n``
     examples cannot bind them."""
@@ -75,9 +92,11 @@ def _parameters(module: Any, n: int) -> list[tuple[str, bool]]:
         ps = list(inspect.signature(getattr(module, "forward", module)).parameters.values())
     except (TypeError, ValueError):
         return [(f"input{i}", False) for i in range(n)]
-    if any(p.kind is p.VAR_POSITIONAL for p in ps):
-        return [(p.name, False) for p in ps[:n] if p.kind is not p.VAR_POSITIONAL][:n] + \
-            [(f"input{i}", False) for i in range(len(ps), n)]
+    var = next((p for p in ps if p.kind is p.VAR_POSITIONAL), None)
+    if var is not None:   # the named positionals, then *args as export names them: xs_0, xs_1...
+        head = [p.name for p in ps[:ps.index(var)]][:n]
+        return [(name, False) for name in head] + \
+            [(f"{var.name}_{j}", False) for j in range(n - len(head))]
     ps = [p for p in ps if p.kind is not p.VAR_KEYWORD]
     required = [p for p in ps if p.default is p.empty]
     if not len(required) <= n <= len(ps):
@@ -149,6 +168,7 @@ def _export(module: nn.Module, examples: Sequence[torch.Tensor], params, spec: d
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)   # an op's error is raised below, not also logged
     try:
+        shapes = _group_var_positional(shapes, _signature_names(module))
         with fx_config.patch(backed_size_oblivious=oblivious):
             ep = export(module, tuple(args), kwargs or None, dynamic_shapes=shapes,
                         strict=False)
