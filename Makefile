@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcb-installed
 
-.PHONY: demo test test-slow setup dot chromium clean
+.PHONY: demo test test-slow fuzz setup dot chromium clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -36,6 +36,12 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -n 2 -m slow tests
+
+# Differential fuzzing: 10,000 random graphs against eager on the CPU (about 40 minutes on one
+# core); failures shrink to tests/fuzz_cases/*.json, which the suite replays. FUZZ_ARGS adds
+# options (--seed S, --device cuda, --graphs N).
+fuzz: setup
+	cd tests && ../$(PY) fuzz.py --graphs 10000 $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV)

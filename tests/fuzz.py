@@ -1,0 +1,467 @@
+"""Differential fuzzing (issue 16): random graphs of DLCB's ops, compiled once with a dynamic batch
+dim and run at several batch sizes against eager.
+
+A *program* is JSON data: a dtype, input specs (shape with ``None`` for the dynamic batch dim,
+layout, special values) and a list of steps (an op name, the values it reads, its parameters).
+``Program`` interprets it as an ``nn.Module`` (constants as buffers, drawn from the program's seed),
+so torch.export captures the same graph a user's module would give. A case passes when every call
+matches eager (NaN where eager has NaN) or raises a ``dl`` error before any launch (a refusal); a
+wrong value, a shape mismatch or any other exception is a failure. A failure shrinks (the shortest
+failing prefix, then each step dropped where the rest stays valid) and is saved as JSON under
+``tests/fuzz_cases/``; ``tests/test_fuzz.py`` replays every saved case and runs a bounded slice.
+
+    python tests/fuzz.py --graphs 10000 [--seed 0] [--device cpu|cuda] [--save tests/fuzz_cases]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import dlcb_lab as dl
+from dlcb_lab.errors import DLError
+
+CASES = Path(__file__).resolve().parent / "fuzz_cases"
+BATCHES = (3, 1, 0, 7)   # the compile's example batch first; size one and zero are cases
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+TOL = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-7, atol=1e-9),
+       "float16": dict(rtol=1e-2, atol=1e-2), "bfloat16": dict(rtol=4e-2, atol=4e-2)}
+
+# --- ops: name -> (arity, applicable(shapes), params(rng, shapes), apply(values, params, consts)) --
+# Shapes are tuples with the batch dim first (its example size); ops keep that dim at axis 0 so the
+# program stays dynamic in it. ``consts`` is the Program's constant list (weights, indices).
+
+UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu, "neg": torch.neg, "abs": torch.abs, "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid, "expneg": lambda h: torch.exp(-h.abs()),
+    "sqrt_abs": lambda h: torch.sqrt(h.abs()), "log1p_abs": lambda h: torch.log1p(h.abs()),
+    "gelu": F.gelu, "silu": F.silu, "recip": lambda h: 1.0 / (1.0 + h.abs()),
+    "square": lambda h: h * h, "clamp": lambda h: h.clamp(-0.5, 0.75), "floor": torch.floor,
+    "add_s": lambda h: h + 1.5, "mul_s": lambda h: h * -0.5, "rsub_s": lambda h: 2.0 - h,
+}
+BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul,
+    "div": lambda a, b: a / (b.abs() + 1.0), "maximum": torch.maximum,
+    "minimum": torch.minimum, "where": lambda a, b: torch.where(a > 0, a, b),
+}
+
+
+def _broadcastable(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x == y or y == 1 for x, y in zip(a[1:], b[1:]))
+
+
+@dataclass
+class Op:
+    arity: int
+    ok: Callable[[list[tuple]], bool]
+    params: Callable[[random.Random, list[tuple]], dict]
+    apply: Callable[[list[torch.Tensor], dict, list[torch.Tensor]], torch.Tensor]
+
+
+def _dims(rng: random.Random, rank: int) -> list[int]:
+    """A non-empty set of axes, the batch axis among them one time in five, some of them
+    negative."""
+    axes = list(range(0 if rng.random() < 0.2 else 1, rank))
+    return sorted(d - rank if rng.random() < 0.3 else d
+                  for d in rng.sample(axes, rng.randint(1, len(axes))))
+
+
+def _reshape(v, p, c):
+    return v[0].reshape(v[0].shape[0], *p["rest"])
+
+
+def _conv(v, p, c):
+    return F.conv2d(v[0], c[p["w"]], c[p["b"]], stride=p["stride"], padding=p["pad"],
+                    groups=p["groups"])
+
+
+def _ops() -> dict[str, Op]:
+    every = lambda s: True   # noqa: E731
+    none = lambda r, s: {}   # noqa: E731
+    ops: dict[str, Op] = {}
+    for name, fn in UNARY.items():
+        ops[name] = Op(1, every, none, lambda v, p, c, fn=fn: fn(v[0]))
+    for name, fn in BINARY.items():
+        ops[name] = Op(2, lambda s: _broadcastable(s[0], s[1]), none,
+                       lambda v, p, c, fn=fn: fn(v[0], v[1]))
+    for red in ("sum", "mean", "amax", "amin"):
+        ops[red] = Op(1, lambda s: len(s[0]) >= 2,
+                      lambda r, s: {"dims": _dims(r, len(s[0])), "keep": r.random() < 0.5},
+                      lambda v, p, c, red=red: getattr(v[0], red)(p["dims"], keepdim=p["keep"]))
+    ops["softmax"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"dim": r.randrange(1, len(s[0]))},
+                        lambda v, p, c: torch.softmax(v[0], p["dim"]))
+    ops["log_softmax"] = Op(1, lambda s: len(s[0]) >= 2,
+                            lambda r, s: {"dim": r.randrange(-len(s[0]) + 1, 0)},
+                            lambda v, p, c: torch.log_softmax(v[0], p["dim"]))
+    ops["layer_norm"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"n": r.randint(
+        1, len(s[0]) - 1)}, lambda v, p, c: F.layer_norm(v[0], v[0].shape[-p["n"]:]))
+    ops["transpose"] = Op(1, lambda s: len(s[0]) >= 3, lambda r, s: {"a": r.sample(range(
+        1, len(s[0])), 2)}, lambda v, p, c: v[0].transpose(*p["a"]))
+    ops["permute"] = Op(1, lambda s: len(s[0]) >= 3,
+                        lambda r, s: {"perm": [0] + r.sample(range(1, len(s[0])), len(s[0]) - 1)},
+                        lambda v, p, c: v[0].permute(*p["perm"]))
+    ops["flatten"] = Op(1, lambda s: len(s[0]) >= 3, none, lambda v, p, c: v[0].flatten(1))
+    ops["unsqueeze"] = Op(1, lambda s: len(s[0]) <= 4, lambda r, s: {"d": r.randint(
+        1, len(s[0]))}, lambda v, p, c: v[0].unsqueeze(p["d"]))
+    ops["squeeze"] = Op(1, lambda s: any(d == 1 for d in s[0][1:]),
+                        lambda r, s: {"d": r.choice([i for i, d in enumerate(s[0]) if d == 1 and i])},
+                        lambda v, p, c: v[0].squeeze(p["d"]))
+    ops["reshape"] = Op(1, lambda s: len(s[0]) >= 2 and _numel(s[0][1:]) % 2 == 0,
+                        lambda r, s: {"rest": [2, _numel(s[0][1:]) // 2]}, _reshape)
+    ops["narrow"] = Op(1, lambda s: len(s[0]) >= 2 and max(s[0][1:]) >= 2, _narrow_params,
+                       lambda v, p, c: v[0].narrow(p["d"], p["start"], p["len"]))
+    ops["flip"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"dims": _dims(r, len(s[0]))},
+                     lambda v, p, c: v[0].flip(p["dims"]))
+    ops["cat"] = Op(2, lambda s: len(s[0]) == len(s[1]) >= 2 and s[0][2:] == s[1][2:],
+                    none, lambda v, p, c: torch.cat([v[0], v[1]], 1))
+    ops["pad"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"pad": [r.randint(0, 2), r.randint(
+        0, 2)], "value": r.choice([0.0, -1.0])},
+        lambda v, p, c: F.pad(v[0], p["pad"], value=p["value"]))
+    ops["expand"] = Op(1, lambda s: any(d == 1 for d in s[0][1:]), lambda r, s: {"sizes": [
+        -1] + [3 if d == 1 else -1 for d in s[0][1:]]}, lambda v, p, c: v[0].expand(*p["sizes"]))
+    ops["cast"] = Op(1, every, lambda r, s: {"to": r.choice(["float32", "float64"])},
+                     lambda v, p, c: v[0].to(DTYPES[p["to"]]).to(v[0].dtype))
+    # library ops, with constant operands drawn by Program
+    ops["linear"] = Op(1, lambda s: s[0][-1] >= 1, lambda r, s: {"out": r.randint(1, 6),
+                                                                 "bias": r.random() < 0.7},
+                       lambda v, p, c: F.linear(v[0], c[p["w"]], c[p["b"]] if p["bias"] else None))
+    ops["matmul"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"out": r.randint(1, 5)},
+                       lambda v, p, c: v[0] @ c[p["w"]])
+    ops["conv2d"] = Op(1, lambda s: len(s[0]) == 4 and min(s[0][2:]) >= 3, _conv_params, _conv)
+    ops["index_select"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {
+        "d": (d := r.randrange(1, len(s[0]))), "idx": [r.randrange(s[0][d]) for _ in range(
+            r.randint(1, 4))]}, lambda v, p, c: v[0].index_select(p["d"], c[p["i"]]))
+    return ops
+
+
+def _numel(s) -> int:
+    n = 1
+    for d in s:
+        n *= d
+    return n
+
+
+def _narrow_params(r: random.Random, s: list[tuple]) -> dict:
+    d = r.choice([i for i in range(1, len(s[0])) if s[0][i] >= 2])
+    start = r.randrange(s[0][d])
+    return {"d": d, "start": start, "len": r.randint(1, s[0][d] - start)}
+
+
+def _conv_params(r: random.Random, s: list[tuple]) -> dict:
+    cin = s[0][1]
+    groups = r.choice([g for g in (1, cin) if cin % g == 0])
+    return {"out": cin if groups > 1 else r.randint(1, 5), "k": r.choice([1, 3]),
+            "stride": r.choice([1, 2]), "pad": r.choice([0, 1]), "groups": groups}
+
+
+OPS = _ops()
+
+
+# --- programs --------------------------------------------------------------------------------------
+
+@dataclass
+class Case:
+    seed: int
+    dtype: str
+    inputs: list[dict]       # {"shape": [None, ...], "layout": ..., "special": ...}
+    steps: list[dict]        # {"op": name, "args": [value ids], "p": params}
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"seed": self.seed, "dtype": self.dtype, "inputs": self.inputs,
+                           "steps": self.steps, "note": self.note, **self.extra}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Case":
+        d = json.loads(text)
+        known = {k: d.pop(k) for k in ("seed", "dtype", "inputs", "steps", "note")}
+        return cls(**known, extra=d)
+
+
+class Program(torch.nn.Module):
+    """A case as a module: its constants are buffers drawn from the case's seed."""
+
+    def __init__(self, case: Case, shapes: list[tuple]):
+        super().__init__()
+        self.case = case
+        g = torch.Generator().manual_seed(case.seed)
+        dt = DTYPES[case.dtype]
+        consts: list[torch.Tensor] = []
+        self.params: list[dict] = []
+        for st in case.steps:
+            p = dict(st["p"])
+            s = [shapes[a] for a in st["args"]]
+            if st["op"] == "linear":
+                p["w"], p["b"] = len(consts), len(consts) + 1
+                consts += [torch.randn(p["out"], s[0][-1], generator=g).to(dt),
+                           torch.randn(p["out"], generator=g).to(dt)]
+            elif st["op"] == "matmul":
+                p["w"] = len(consts)
+                consts.append(torch.randn(s[0][-1], p["out"], generator=g).to(dt))
+            elif st["op"] == "conv2d":
+                p["w"], p["b"] = len(consts), len(consts) + 1
+                consts += [torch.randn(p["out"], s[0][1] // p["groups"], p["k"], p["k"],
+                                       generator=g).to(dt) / p["k"],
+                           torch.randn(p["out"], generator=g).to(dt)]
+            elif st["op"] == "index_select":
+                p["i"] = len(consts)
+                consts.append(torch.tensor(p["idx"]))
+            self.params.append(p)
+            shapes.append(_shape_of(st, s, p, consts))
+        for i, c in enumerate(consts):
+            self.register_buffer(f"c{i}", c)
+        self.n_consts = len(consts)
+
+    def forward(self, *xs):
+        consts = [getattr(self, f"c{i}") for i in range(self.n_consts)]
+        vals = list(xs)
+        for st, p in zip(self.case.steps, self.params):
+            vals.append(OPS[st["op"]].apply([vals[a] for a in st["args"]], p, consts))
+        return vals[-1]
+
+
+def _shape_of(st: dict, s: list[tuple], p: dict, consts: list[torch.Tensor]) -> tuple:
+    """A step's output shape at the example batch, by running it on zeros (meta would do, but
+    some ops' meta kernels differ)."""
+    xs = [torch.zeros(sh) for sh in s]
+    return tuple(OPS[st["op"]].apply(xs, p, [c.float() if c.is_floating_point() else c
+                                             for c in consts]).shape)
+
+
+def generate(seed: int, max_steps: int = 6) -> Case:
+    """A random case: 1–3 inputs of one batch dim (dynamic), rank 2–4, some dims of size one
+    (and a few of size zero), steps drawn until ``max_steps`` or no op applies."""
+    r = random.Random(seed)
+    dtype = r.choices(list(DTYPES), weights=[6, 2, 1, 1])[0]
+    rank = r.randint(2, 4)
+    base = [0 if r.random() < 0.04 else r.choice([1, 2, 3, 4, 5, 8]) for _ in range(rank - 1)]
+    inputs = []
+    for _ in range(r.randint(1, 3)):
+        rest = [1 if r.random() < 0.2 else d for d in base]
+        inputs.append({"shape": [None, *rest],
+                       "layout": r.choices(["contiguous", "transposed", "strided"],
+                                           weights=[6, 2, 2])[0],
+                       "special": r.choices([None, "nan", "inf"], weights=[8, 1, 1])[0]})
+    shapes = [(BATCHES[0], *i["shape"][1:]) for i in inputs]
+    n_in, steps = len(shapes), []
+    for _ in range(r.randint(1, max_steps)):
+        names = list(OPS)
+        r.shuffle(names)
+        for name in names:
+            op = OPS[name]
+            picks = [r.randrange(len(shapes)) for _ in range(op.arity)]
+            if op.arity == 2 and r.random() < 0.5:   # often combine with the latest value
+                picks[0] = len(shapes) - 1
+            if not op.ok([shapes[a] for a in picks]):
+                continue
+            step = {"op": name, "args": picks, "p": op.params(r, [shapes[a] for a in picks])}
+            trial = shapes[:n_in]
+            try:
+                Program(Case(seed, dtype, inputs, steps + [step]), trial)   # appends the shapes
+            except Exception:   # noqa: BLE001 - an invalid draw (a shape rule): draw another
+                continue
+            steps.append(step)
+            shapes = trial
+            break
+    return Case(seed, dtype, inputs, steps)
+
+
+def make_inputs(case: Case, batch: int, device: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(case.seed * 31 + batch)
+    dt = DTYPES[case.dtype]
+    out = []
+    for spec in case.inputs:
+        shape = [batch, *spec["shape"][1:]]
+        x = torch.randn(shape, generator=g).to(dt)
+        if spec["special"] and x.numel():
+            flat = x.view(-1)
+            flat[torch.randint(0, flat.numel(), (max(1, flat.numel() // 7),), generator=g)] = \
+                float("nan") if spec["special"] == "nan" else float("inf")
+        x = x.to(device)
+        if spec["layout"] == "transposed" and x.dim() >= 2:
+            x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+        elif spec["layout"] == "strided":
+            x = torch.repeat_interleave(x, 2, dim=-1)[..., ::2]
+        out.append(x)
+    return out
+
+
+# --- running and shrinking -------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    status: str              # "pass", "refused", "fail"
+    detail: str = ""
+    calls: int = 0
+
+
+def run_case(case: Case, device: str = "cpu") -> Outcome:
+    shapes = [(BATCHES[0], *i["shape"][1:]) for i in case.inputs]
+    try:
+        m = Program(case, list(shapes)).to(device).eval()
+    except Exception as err:   # noqa: BLE001
+        return Outcome("invalid", f"{type(err).__name__}: {err}")
+    dyn = {i: {0: "N"} for i in range(len(case.inputs))}
+    ex = make_inputs(case, BATCHES[0], device)
+    try:
+        with torch.no_grad():
+            m(*ex)
+    except Exception as err:   # noqa: BLE001 - eager itself refuses: not a DLCB case
+        return Outcome("invalid", f"eager: {type(err).__name__}: {err}")
+    try:
+        cm = dl.compile(m, ex, dynamic=dyn, backend=device)
+    except DLError as err:
+        return Outcome("refused", f"compile: {type(err).__name__}: {str(err).splitlines()[0]}")
+    except Exception as err:   # noqa: BLE001
+        return Outcome("fail", f"compile raised {type(err).__name__}: {err}\n"
+                               + traceback.format_exc(limit=-4))
+    calls = 0
+    for n in BATCHES:
+        xs = make_inputs(case, n, device)
+        with torch.no_grad():
+            try:
+                want = m(*xs)
+            except Exception:   # noqa: BLE001 - eager refuses this batch (a zero-size reduction)
+                continue
+            try:
+                got = cm(*xs)
+            except DLError as err:
+                if n == 0 or "empty" in str(err):
+                    continue
+                return Outcome("fail", f"batch {n}: refused a call eager runs: "
+                                       f"{type(err).__name__}: {str(err).splitlines()[0]}", calls)
+            except Exception as err:   # noqa: BLE001
+                return Outcome("fail", f"batch {n}: {type(err).__name__}: {err}\n"
+                                       + traceback.format_exc(limit=-4), calls)
+        calls += 1
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return Outcome("fail", f"batch {n}: got {got.dtype} {list(got.shape)}, eager "
+                                   f"{want.dtype} {list(want.shape)}", calls)
+        try:
+            torch.testing.assert_close(got, want, equal_nan=True, **TOL[case.dtype])
+        except AssertionError as err:
+            if not _matches_float64(m, xs, got, case.dtype):
+                return Outcome("fail", f"batch {n}: values differ: {str(err).splitlines()[0]} "
+                                       f"{' '.join(str(err).splitlines()[1:3])}", calls)
+    return Outcome("pass", calls=calls)
+
+
+def _matches_float64(m: torch.nn.Module, xs: list[torch.Tensor], got: torch.Tensor,
+                     dtype: str) -> bool:
+    """The second oracle, where eager disagrees: the program in float64. Eager's own kernels
+    disagree at non-finite values (CPU float32 gelu: inf through the scalar path, NaN through the
+    vectorized one), so a result matching float64 eager is right."""
+    if not any(not torch.isfinite(x).all() for x in xs if x.is_floating_point()):
+        return False
+    with torch.no_grad():
+        want = m.double()(*[x.double() if x.is_floating_point() else x for x in xs])
+    m.to(DTYPES[dtype])
+    try:
+        torch.testing.assert_close(got, want.to(got.dtype), equal_nan=True, **TOL[dtype])
+    except AssertionError:
+        return False
+    return True
+
+
+def _cone(case: Case) -> Case:
+    """The steps the last one depends on, renumbered."""
+    n_in = len(case.inputs)
+    need = {n_in + len(case.steps) - 1}
+    for i in range(len(case.steps) - 1, -1, -1):
+        if n_in + i in need:
+            need.update(case.steps[i]["args"])
+    keep = [i for i in range(len(case.steps)) if n_in + i in need]
+    remap = {k: k for k in range(n_in)} | {n_in + i: n_in + j for j, i in enumerate(keep)}
+    steps = [{**case.steps[i], "args": [remap[a] for a in case.steps[i]["args"]]} for i in keep]
+    return Case(case.seed, case.dtype, case.inputs, steps, case.note, case.extra)
+
+
+def shrink(case: Case, device: str = "cpu") -> Case:
+    """A smaller case that still fails: the shortest failing prefix (its last step the output),
+    its dependency cone, then each step dropped (readers rewired to its first operand) and each
+    input's layout and special values made plain, while the case still fails."""
+    for k in range(1, len(case.steps) + 1):
+        c = _cone(Case(case.seed, case.dtype, case.inputs, case.steps[:k]))
+        if run_case(c, device).status == "fail":
+            case = c
+            break
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(case.steps) - 1):
+            n_in = len(case.inputs)
+            src = case.steps[i]["args"][0]
+            steps = [{**s, "args": [src if a == n_in + i else a - (a > n_in + i)
+                                    for a in s["args"]]}
+                     for j, s in enumerate(case.steps) if j != i]
+            c = _cone(Case(case.seed, case.dtype, case.inputs, steps))
+            if run_case(c, device).status == "fail":
+                case, changed = c, True
+                break
+        for j, spec in enumerate(case.inputs):
+            for key, plain in (("layout", "contiguous"), ("special", None)):
+                if spec[key] != plain:
+                    inputs = [dict(s) for s in case.inputs]
+                    inputs[j][key] = plain
+                    c = Case(case.seed, case.dtype, inputs, case.steps)
+                    if run_case(c, device).status == "fail":
+                        case, changed = c, True
+    return case
+
+
+def save(case: Case, detail: str, folder: Path = CASES) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"dtype": case.dtype, "inputs": case.inputs, "steps": case.steps},
+                      sort_keys=True)
+    path = folder / f"case_{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    case.note = detail.splitlines()[0][:300]
+    path.write_text(case.to_json() + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graphs", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--steps", type=int, default=6, help="most steps per graph")
+    ap.add_argument("--save", type=Path, default=CASES, help="folder for shrunk failing cases")
+    ap.add_argument("--no-shrink", action="store_true")
+    a = ap.parse_args(argv)
+    counts: dict[str, int] = {}
+    calls = 0
+    t0 = time.perf_counter()
+    for i in range(a.graphs):
+        case = generate(a.seed + i, a.steps)
+        out = run_case(case, a.device)
+        counts[out.status] = counts.get(out.status, 0) + 1
+        calls += out.calls
+        if out.status == "fail":
+            small = case if a.no_shrink else shrink(case, a.device)
+            detail = run_case(small, a.device).detail or out.detail
+            path = save(small, detail, a.save)
+            print(f"graph {a.seed + i}: FAIL -> {path.name}: {detail.splitlines()[0][:200]}",
+                  flush=True)
+        if (i + 1) % 50 == 0:
+            print(f"{i + 1} graphs, {calls} calls, {counts}, {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+    print(f"done: {a.graphs} graphs, {calls} compiled calls checked, {counts}, "
+          f"{time.perf_counter() - t0:.0f} s")
+    return 1 if counts.get("fail") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
