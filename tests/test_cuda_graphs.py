@@ -221,3 +221,33 @@ def test_one_large_kernel_stays_on_plain_launches():
     g = cm._thunk.graphs
     assert cm.stats()["graphs"]["captures"] == 0 and len(g.plain) == 1, g.stats()
     assert "save 0 launches" in g.plain[(x.device.index, tuple(x.shape))]
+
+
+def test_threads_sharing_a_module_get_their_own_results(net):
+    """Eight threads, each on its own stream, call one compiled module (two shapes, so captures
+    and replays of both interleave): every result is eager's for that thread's input (the
+    static input buffers and the pool are one per thunk: replays are serialized)."""
+    import threading
+
+    m, cm = net
+    xs = [_x(2 + i % 2) for i in range(8)]
+    with torch.no_grad():
+        want = [m(x) for x in xs]
+    bad: list = []
+
+    def work(i):
+        with torch.cuda.stream(torch.cuda.Stream()):
+            for _ in range(20):
+                got = cm(xs[i])
+                torch.cuda.current_stream().synchronize()
+                if not torch.allclose(got, want[i], rtol=1e-5, atol=1e-5):
+                    bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad, bad
+    g = cm.stats()["graphs"]
+    assert g["captures"] == 2 and g["replays"] >= 100, g

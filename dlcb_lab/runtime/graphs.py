@@ -23,8 +23,11 @@ those shapes. Per thunk, a ``GraphCache``:
   user input values cannot be checked inside a graph: such a thunk is not captured, and
   ``refused`` says which step.
 - **Bounded**: an LRU of ``capacity`` graphs (``DLCB_CUDA_GRAPHS=N``; ``0`` turns replay off). The
-  graphs of one thunk share one memory pool (replays of one thunk are serialized on the caller's
-  stream, and outputs are copied out before the next replay).
+  graphs of one thunk share one memory pool (replays of one thunk are serialized, and outputs are
+  copied out before the next replay).
+- **Threads**: a module shared by threads serializes its captures and replays under one lock
+  (the static input buffers and the pool are one per thunk), and each replay's stream waits for
+  the previous replay's copy-out, whichever stream that ran on.
 - **Fallback**: a capture that fails (an eager step that synchronizes or copies from host memory,
   say) leaves the signature on plain launches; ``refused`` maps the signature to the reason,
   naming the step. Later captures use a fresh pool and stream.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Sequence
@@ -86,6 +90,8 @@ class GraphCache:
         self.plain: dict[tuple, str] = {}
         """Signatures the cost model keeps on plain launches, with the estimate (see ``_pays``)."""
         self.captures = self.replays = self.evictions = 0
+        self._lock = threading.Lock()
+        self._done = torch.cuda.Event()
         self._pool = None
         self._stream = None
         self._input_checks, why = _replay_checks(thunk)
@@ -107,6 +113,11 @@ class GraphCache:
         first call of this signature, a refused one, or a capture already in progress)."""
         if self.capacity <= 0 or () in self.refused or torch.cuda.is_current_stream_capturing():
             return None
+        with self._lock:
+            return self._replay(tensors, r)
+
+    def _replay(self, tensors: list[torch.Tensor], r: Sequence[int]
+                ) -> tuple[torch.Tensor, ...] | None:
         n = self.thunk.n_user
         key = (tensors[0].device.index if tensors else None,
                *(tuple(t.shape) for t in tensors[:n]))
@@ -127,11 +138,15 @@ class GraphCache:
             self.graphs.move_to_end(key)
         for i, reg, what in self._input_checks:
             check_index(tensors[i], r[reg], what)
+        stream = torch.cuda.current_stream(tensors[0].device if tensors else None)
+        stream.wait_event(self._done)   # the last replay, on whichever stream, has copied out
         for s, t in zip(entry.inputs, tensors[:n]):
             s.copy_(t)
         entry.graph.replay()
         self.replays += 1
-        return tuple(o.clone() for o in entry.outputs)
+        outs = tuple(o.clone() for o in entry.outputs)
+        self._done.record(stream)
+        return outs
 
     def _costs_more(self, tensors: list[torch.Tensor], r: Sequence[int]) -> str | None:
         """Why a replay of this signature would cost more than plain launches, or None."""
