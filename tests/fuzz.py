@@ -140,9 +140,10 @@ def _ops() -> dict[str, Op]:
     ops["matmul"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"out": r.randint(1, 5)},
                        lambda v, p, c: v[0] @ c[p["w"]])
     ops["conv2d"] = Op(1, lambda s: len(s[0]) == 4 and min(s[0][2:]) >= 3, _conv_params, _conv)
-    ops["index_select"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {
-        "d": (d := r.randrange(1, len(s[0]))), "idx": [r.randrange(s[0][d]) for _ in range(
-            r.randint(1, 4))]}, lambda v, p, c: v[0].index_select(p["d"], c[p["i"]]))
+    ops["index_select"] = Op(1, lambda s: any(d >= 1 for d in s[0][1:]), lambda r, s: {
+        "d": (d := r.choice([i for i in range(1, len(s[0])) if s[0][i] >= 1])),
+        "idx": [r.randrange(s[0][d]) for _ in range(r.randint(1, 4))]},
+        lambda v, p, c: v[0].index_select(p["d"], c[p["i"]]))
     return ops
 
 
@@ -267,9 +268,9 @@ def generate(seed: int, max_steps: int = 6) -> Case:
                 picks[0] = len(shapes) - 1
             if not op.ok([shapes[a] for a in picks]):
                 continue
-            step = {"op": name, "args": picks, "p": op.params(r, [shapes[a] for a in picks])}
             trial = shapes[:n_in]
             try:
+                step = {"op": name, "args": picks, "p": op.params(r, [shapes[a] for a in picks])}
                 Program(Case(seed, dtype, inputs, steps + [step]), trial)   # appends the shapes
             except Exception:   # noqa: BLE001 - an invalid draw (a shape rule): draw another
                 continue
