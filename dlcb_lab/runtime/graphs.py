@@ -94,7 +94,7 @@ class GraphCache:
         self._done = torch.cuda.Event()
         self._pool = None
         self._stream = None
-        self._input_checks, why = _replay_checks(thunk)
+        why = _unreplayable(thunk)
         if why is not None:
             self.refused[()] = why   # every signature
 
@@ -136,7 +136,7 @@ class GraphCache:
                 return None
         else:
             self.graphs.move_to_end(key)
-        for i, reg, what in self._input_checks:
+        for i, reg, what in self.thunk.input_checks:
             check_index(tensors[i], r[reg], what)
         stream = torch.cuda.current_stream(tensors[0].device if tensors else None)
         stream.wait_event(self._done)   # the last replay, on whichever stream, has copied out
@@ -226,28 +226,25 @@ def _step_name(i: int, step) -> str:
     return f"step {i} (kernel {step.variants[0].name})"
 
 
-def _replay_checks(thunk: "Thunk") -> tuple[list[tuple[int, int, str]], str | None]:
-    """The index checks a replay must run (``(input position, extent register, what)``: those on
-    user inputs), or why no replay can check them: an index tensor computed from user input
-    values. Taint: user inputs carry their values; a buffer carries them when any step operand
-    it is computed from does; constants and shapes do not."""
+def _unreplayable(thunk: "Thunk") -> str | None:
+    """Why no replay can run the thunk's index checks, or None: an index tensor computed from user
+    input values (those on user inputs run before each replay, ``Thunk.input_checks``; those on
+    tensors computed from constants and shapes alone hold once the warm-up checked them). Taint:
+    user inputs carry their values; a buffer carries them when any step operand it is computed
+    from does; constants and shapes do not."""
     plan, n = thunk.plan, thunk.n_user
     tainted: set[int] = set()   # buffer positions
 
     def carries(o) -> bool:
         return o.index < n if o.src is Src.INPUT else o.index in tainted
 
-    checks: dict[tuple[int, int], str] = {}
     for i, step in enumerate(plan.steps):
         if any(carries(o) for o in _reads(step)):
             tainted.add(step.out)
         if not isinstance(step, KernelLaunch):
             continue
-        for o, reg, what in step.index_checks:
-            if not carries(o):
-                continue   # a function of constants and shapes: the warm-up checked it
-            if o.src is not Src.INPUT:
-                return [], (f"{_step_name(i, step)}: {what} is computed from input values and "
-                            f"checked per call (a graph cannot check it)")
-            checks.setdefault((o.index, reg), what)
-    return [(i, reg, what) for (i, reg), what in checks.items()], None
+        for o, _, what in step.index_checks:
+            if o.src is not Src.INPUT and carries(o):
+                return (f"{_step_name(i, step)}: {what} is computed from input values and "
+                        f"checked per call (a graph cannot check it)")
+    return None

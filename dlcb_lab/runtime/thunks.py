@@ -101,6 +101,12 @@ class Thunk(Rich):
         self._narrow_ok = device == "cuda"
         self.calls = 0
         cap = capacity_from_env() if device == "cuda" else 0
+        self.input_checks = tuple(dict.fromkeys(
+            (o.index, reg, what) for st in plan.steps if isinstance(st, KernelLaunch)
+            for o, reg, what in st.index_checks if o.src is Src.INPUT))
+        """Index checks on the call's inputs (token ids, say): ``(input position, extent
+        register, what)``, run before the call's first launch; those on computed index tensors
+        run before the kernel that reads them."""
         self.graphs = GraphCache(self, cap) if cap else None
         """CUDA-graph replay per shape signature (``runtime.graphs``); None on CPU or with
         ``DLCB_CUDA_GRAPHS=0``."""
@@ -197,6 +203,8 @@ class Thunk(Rich):
                                                 device=dev)
             return t
 
+        for i, reg, what in self.input_checks if checks else ():
+            check_index(tensors[i], r[reg], what)
         for i, step, frees, shape, launch in self._walk(r):
             if at is not None:
                 at.append(i)
@@ -205,7 +213,8 @@ class Thunk(Rich):
             else:
                 launcher, n, v, var, narrow = launch
                 for o, reg, what in step.index_checks if checks else ():
-                    check_index(get(o), r[reg], what)
+                    if o.src is not Src.INPUT:   # inputs: checked above
+                        check_index(get(o), r[reg], what)
                 out = bufs[step.out] = torch.empty(shape, dtype=plan.buffers[step.out].dtype,
                                                    device=dev)
                 if n:
