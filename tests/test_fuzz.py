@@ -75,3 +75,37 @@ def test_nonfinite_inputs_checked_against_float64_where_eager_disagrees():
     x = fuzz.make_inputs(case, 3, "cpu")[0]
     assert torch.isinf(x).any()
     assert run_case(case).status == "pass"
+
+
+def test_sanitizer_logs_tell_generated_kernels_from_library_ones(tmp_path):
+    """``tests/sanitize.py summarize``: errors counted per log, those naming a ``dlcb_k`` kernel
+    apart from library and host-side ones."""
+    import sanitize
+
+    (tmp_path / "memcheck.log").write_text("""\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at dlcb_k3_relu_v+0x1b0 in /tmp/x.cu:12
+=========     by thread (255,0,0) in block (0,0,0)
+=========     Address 0x7f0000001000 is out of bounds
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========     Host Frame: [0x2f7a] in libcuda.so.1
+=========
+========= Invalid __global__ read of size 16 bytes
+=========     at void at::native::vectorized_elementwise_kernel<4, at::native::AbsFunctor<float>>(int, T2, T3)+0x90
+=========     by thread (1,0,0) in block (3,0,0)
+=========
+========= Program hit cudaErrorInvalidValue (error 1) due to "invalid argument" on CUDA API call to cudaMemcpyAsync.
+=========     Saved host backtrace up to driver entry point at error
+=========
+========= ERROR SUMMARY: 3 errors
+""")
+    (tmp_path / "racecheck.log").write_text("========= COMPUTE-SANITIZER\n"
+                                            "========= ERROR SUMMARY: 0 errors\n")
+    rows = {r["log"]: r for r in sanitize.summarize(tmp_path)}
+    mem = rows["memcheck"]
+    assert (mem["errors"], mem["generated"], mem["other"]) == (3, 1, 2), mem
+    assert mem["kernels"] == {"dlcb_k3_relu_v": 1,
+                              "void at::native::vectorized_elementwise_kernel<4, "
+                              "at::native::AbsFunctor<float>>": 1, "?": 1}, mem["kernels"]
+    assert rows["racecheck"]["errors"] == 0
