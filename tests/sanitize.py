@@ -8,7 +8,8 @@ reads the sanitizer logs and counts errors per tool, telling generated code from
 kernel an error names: DLCB's kernels are ``dlcb_k<N>_...`` (every generated entry point), every
 other name is a library or torch kernel.
 
-    .ci/gpu_sanitize [OUT]     # each tool over the workload, then the summary (GPU machine)
+    .ci/gpu_sanitize [TOOLS]   # each tool over the workload, then the summary (GPU machine)
+    python tests/sanitize.py workload [--big]    # --big: the 2**31-element boundary too
     python tests/sanitize.py summarize OUT
 """
 
@@ -62,7 +63,7 @@ def summarize(folder: Path) -> list[dict]:
     return rows
 
 
-def workload() -> None:
+def workload(big: bool = False) -> None:
     import torch
     import torchvision
 
@@ -85,10 +86,10 @@ def workload() -> None:
                   torch.randn(3, 6, 5, 7, device=dev, dtype=dtype)):
             for _ in range(3):   # plain, capture, replay
                 torch.testing.assert_close(cm(x, s.to(dtype)), Affine()(x, s.to(dtype)))
-    # the 32-bit entry point just under its limit, the 64-bit one past it (forced)
+    # the 32-bit entry point just under its limit (``big``: 2.1e9 elements, 8.4 GB a tensor),
+    # the 64-bit one on small tensors (forced)
     cm = dl.compile(Affine(), (torch.randn(2, 6, 5, 8, device=dev), s), dynamic={0: {0: "N"}})
-    n = thunks.NARROW_LIMIT // (6 * 5 * 8)
-    x = torch.randn(n, 6, 5, 8, device=dev)
+    x = torch.randn(thunks.NARROW_LIMIT // (6 * 5 * 8) if big else 9, 6, 5, 8, device=dev)
     torch.testing.assert_close(cm(x, s), Affine()(x, s))
     limit = thunks.NARROW_LIMIT
     thunks.NARROW_LIMIT = -1
@@ -127,7 +128,7 @@ def workload() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["workload"]:
-        workload()
+        workload(big="--big" in sys.argv)
     elif sys.argv[1:2] == ["summarize"]:
         rows = summarize(Path(sys.argv[2]))
         for r in rows:
