@@ -378,16 +378,19 @@ def _matches_float64(m: torch.nn.Module, xs: list[torch.Tensor], got: torch.Tens
 
 
 def _cone(case: Case) -> Case:
-    """The steps the last one depends on, renumbered."""
+    """The steps (and inputs) the last step depends on, renumbered."""
     n_in = len(case.inputs)
     need = {n_in + len(case.steps) - 1}
     for i in range(len(case.steps) - 1, -1, -1):
         if n_in + i in need:
             need.update(case.steps[i]["args"])
     keep = [i for i in range(len(case.steps)) if n_in + i in need]
-    remap = {k: k for k in range(n_in)} | {n_in + i: n_in + j for j, i in enumerate(keep)}
+    used = [k for k in range(n_in) if k in need] or [0]
+    remap = {k: j for j, k in enumerate(used)} | \
+        {n_in + i: len(used) + j for j, i in enumerate(keep)}
     steps = [{**case.steps[i], "args": [remap[a] for a in case.steps[i]["args"]]} for i in keep]
-    return Case(case.seed, case.dtype, case.inputs, steps, case.note, case.extra)
+    return Case(case.seed, case.dtype, [case.inputs[k] for k in used], steps, case.note,
+                case.extra)
 
 
 def shrink(case: Case, device: str = "cpu") -> Case:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from ...dims import Expr, lit
+from ...dims import Expr, Lit, lit
 from ...errors import DTypeError
 
 if TYPE_CHECKING:
@@ -195,7 +195,11 @@ def linear_index(coords: Sequence[Expr], dims: Sequence[Expr]) -> Expr:
 
 def delinearize(flat: Expr, dims: Sequence[Expr]) -> list[Expr]:
     """Row-major coordinates of flat index ``flat`` in shape ``dims`` (the outermost one is not
-    reduced modulo its extent: ``flat`` is assumed in range)."""
+    reduced modulo its extent: ``flat`` is assumed in range). A shape with a literal 0 has no
+    element to address: its coordinates are 0 (whatever reads it is guarded off, or has no
+    elements itself)."""
+    if any(isinstance(d, Lit) and d.value == 0 for d in dims):
+        return [lit(0)] * len(dims)
     out: list[Expr] = []
     stride: Expr = lit(1)
     for k in reversed(range(len(dims))):
