@@ -141,3 +141,31 @@ def test_host_memory_flat_across_calls_at_varying_shapes():
         tracemalloc.stop()
     assert grown < 16 * 1024, f"{grown} bytes"
     assert cm.stats()["jit_builds"] == 1 and cm.stats()["compiles"] == 2
+
+
+@pytest.mark.slow
+def test_eight_processes_compile_the_zoo_into_one_cache(tmp_path):
+    """Eight processes start together on one empty cache, each compiling three TorchVision models
+    (numba on the CPU; the same kernels, so they race on every entry) and checking them against
+    eager: all succeed, and the cache they leave holds no temp files."""
+    script = textwrap.dedent("""
+        import sys, torch, torchvision
+        import dlcb_lab as dl
+        torch.manual_seed(0)
+        for name in ("resnet18", "squeezenet1_1", "mobilenet_v3_small"):
+            m = getattr(torchvision.models, name)(num_classes=10).eval()
+            x = torch.randn(2, 3, 40, 40)
+            cm = dl.compile(m, (x,), dynamic={0: {0: "N"}}, backend="cpu")
+            y = torch.randn(3, 3, 40, 40)
+            with torch.no_grad():
+                torch.testing.assert_close(cm(y), m(y), rtol=1e-4, atol=1e-4)
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DLCB_CACHE_DIR": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    outs = [p.communicate(timeout=1200) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and out.strip().endswith("ok"), err[-3000:]
+    assert not [p for p in (tmp_path / "cache").rglob("*") if ".tmp" in p.name]
