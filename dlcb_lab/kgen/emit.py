@@ -348,9 +348,9 @@ class _Cuda(_Printer):
         return f"{'if (threadIdx.x == 0) ' if self.k.cooperative else ''}out[t] = {value};"
 
     def loop_pragmas(self, s: Loop) -> list[str]:
-        """A block's strided loop over a reduced range is unrolled 4 times: each thread then has
-        four loads in flight instead of one (one 4-byte load per thread cannot cover the memory
-        latency: the H200's reductions ran at half a copy's bandwidth)."""
+        """A block's strided loop over a reduced range is unrolled 4 times, so a thread may have
+        four loads in flight (the H200's layer norm row kernel: 105 -> 87 us at 205 MB; the
+        plain block reductions, at about half a copy's bandwidth, unchanged)."""
         return ["#pragma unroll 4"] if s.cooperative else []
 
     def loop_head(self, s: Loop) -> str:
