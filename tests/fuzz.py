@@ -453,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         out = run_case(case, a.device)
         counts[out.status] = counts.get(out.status, 0) + 1
         calls += out.calls
+        if out.status == "refused":
+            print(f"graph {a.seed + i}: refused: {out.detail[:200]}", flush=True)
         if out.status == "fail":
             small = case if a.no_shrink else shrink(case, a.device)
             detail = run_case(small, a.device).detail or out.detail
