@@ -34,6 +34,7 @@ from dlcb_lab.errors import DLError
 
 CASES = Path(__file__).resolve().parent / "fuzz_cases"
 BATCHES = (3, 1, 0, 7)   # the compile's example batch first; size one and zero are cases
+M_STEPS = (0, 2, None, 1)   # a dynamic last axis M per call: example + step, None: size one
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
 TOL = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-7, atol=1e-9),
@@ -244,19 +245,23 @@ def _shape_of(st: dict, s: list[tuple], p: dict, consts: list[torch.Tensor]) -> 
 
 def generate(seed: int, max_steps: int = 6) -> Case:
     """A random case: 1–3 inputs of one batch dim (dynamic), rank 2–4, some dims of size one
-    (and a few of size zero), steps drawn until ``max_steps`` or no op applies."""
+    (and a few of size zero), in three cases of ten the last axis dynamic as well (``"M=<example
+    size>"`` in the shape), steps drawn until ``max_steps`` or no op applies."""
     r = random.Random(seed)
     dtype = r.choices(list(DTYPES), weights=[6, 2, 1, 1])[0]
     rank = r.randint(2, 4)
     base = [0 if r.random() < 0.04 else r.choice([1, 2, 3, 4, 5, 8]) for _ in range(rank - 1)]
+    dyn_m = base[-1] > 1 and r.random() < 0.3   # the last axis dynamic too (M)
     inputs = []
     for _ in range(r.randint(1, 3)):
         rest = [1 if r.random() < 0.2 else d for d in base]
+        if dyn_m and rest[-1] != 1:
+            rest[-1] = f"M={rest[-1]}"
         inputs.append({"shape": [None, *rest],
                        "layout": r.choices(["contiguous", "transposed", "strided"],
                                            weights=[6, 2, 2])[0],
                        "special": r.choices([None, "nan", "inf"], weights=[8, 1, 1])[0]})
-    shapes = [(BATCHES[0], *i["shape"][1:]) for i in inputs]
+    shapes = [example_shape(i) for i in inputs]
     n_in, steps = len(shapes), []
     for _ in range(r.randint(1, max_steps)):
         names = list(OPS)
@@ -280,12 +285,27 @@ def generate(seed: int, max_steps: int = 6) -> Case:
     return Case(seed, dtype, inputs, steps)
 
 
-def make_inputs(case: Case, batch: int, device: str) -> list[torch.Tensor]:
+def _size(d, batch: int, m_step: int | None) -> int:
+    """An input axis's size in a call: ``None`` the batch, ``"M=<k>"`` the dynamic last axis (its
+    example size ``k`` plus ``m_step``; ``m_step`` None: size one), else the literal."""
+    if d is None:
+        return batch
+    if isinstance(d, str):
+        return 1 if m_step is None else int(d[2:]) + m_step
+    return d
+
+
+def example_shape(spec: dict) -> tuple:
+    return tuple(_size(d, BATCHES[0], M_STEPS[0]) for d in spec["shape"])
+
+
+def make_inputs(case: Case, batch: int, device: str, m_step: int | None = 0
+                ) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(case.seed * 31 + batch)
     dt = DTYPES[case.dtype]
     out = []
     for spec in case.inputs:
-        shape = [batch, *spec["shape"][1:]]
+        shape = [_size(d, batch, m_step) for d in spec["shape"]]
         x = torch.randn(shape, generator=g).to(dt)
         if spec["special"] and x.numel():
             flat = x.view(-1)
@@ -310,12 +330,13 @@ class Outcome:
 
 
 def run_case(case: Case, device: str = "cpu") -> Outcome:
-    shapes = [(BATCHES[0], *i["shape"][1:]) for i in case.inputs]
+    shapes = [example_shape(i) for i in case.inputs]
     try:
         m = Program(case, list(shapes)).to(device).eval()
     except Exception as err:   # noqa: BLE001
         return Outcome("invalid", f"{type(err).__name__}: {err}")
-    dyn = {i: {0: "N"} for i in range(len(case.inputs))}
+    dyn = {i: {0: "N"} | {k: "M" for k, d in enumerate(spec["shape"]) if isinstance(d, str)}
+           for i, spec in enumerate(case.inputs)}
     ex = make_inputs(case, BATCHES[0], device)
     try:
         with torch.no_grad():
@@ -330,8 +351,8 @@ def run_case(case: Case, device: str = "cpu") -> Outcome:
         return Outcome("fail", f"compile raised {type(err).__name__}: {err}\n"
                                + traceback.format_exc(limit=-4))
     calls = 0
-    for n in BATCHES:
-        xs = make_inputs(case, n, device)
+    for n, m_step in zip(BATCHES, M_STEPS):
+        xs = make_inputs(case, n, device, m_step)
         with torch.no_grad():
             try:
                 want = m(*xs)
