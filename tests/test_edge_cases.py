@@ -436,3 +436,18 @@ def test_direct_launch_refusals_are_dl_errors(make, exc, match):
     with pytest.raises(exc, match=match):
         k[1, 1](*make(out, torch.randn(3, 4), torch.randn(4)))
     assert out.isnan().all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_comparison_with_a_scalar_rounds_the_scalar(dtype):
+    """torch compares a 16-bit tensor with a Python float in the tensor's dtype (0.3 is
+    0.30078125 in bf16, 0.2998046875 in fp16): values at the rounded scalar compare as eager
+    does, bit for bit (the fuzzer's find: bf16 ``where(h > 0.3, ...)``)."""
+    class Cmp(torch.nn.Module):
+        def forward(self, h):
+            return torch.where(h > 0.3, h, -h * 0.5) + (h >= 0.3) + (h == 0.3) + (h < 0.3)
+
+    x = torch.tensor([0.29, 0.30078125, 0.3, 0.31, 0.2988, 0.2998046875, 0.30005],
+                     dtype=dtype).reshape(1, 7)
+    cm = dl.compile(Cmp(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
+    assert torch.equal(cm(x), Cmp()(x))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
 from ..dims.bounds import Bounds, lower, nonneg, upper
 from ..errors import DLError
@@ -277,9 +279,11 @@ class _Builder:
                 stmt = Select(name, t, tuple(refs), default)
             else:
                 args = []
+                compare = node.out.dtype is torch.bool and dtype_of(node.compute_dtype).reduced
                 for x, c in zip(node.inputs, ins):
-                    if c is None:
-                        args.append(Imm(x))
+                    if c is None:   # a comparison rounds its scalar to the 16-bit operand dtype
+                        args.append(Imm(torch.tensor(x, dtype=node.compute_dtype).item()
+                                        if compare and isinstance(x, float) else x))
                         continue
                     self.enter(node, coords, c)
                     args.append(Ref(self.value(x, c), dtype_of(x.dtype)))
