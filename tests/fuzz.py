@@ -51,6 +51,11 @@ UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu, "silu": F.silu, "recip": lambda h: 1.0 / (1.0 + h.abs()),
     "square": lambda h: h * h, "clamp": lambda h: h.clamp(-0.5, 0.75), "floor": torch.floor,
     "add_s": lambda h: h + 1.5, "mul_s": lambda h: h * -0.5, "rsub_s": lambda h: 2.0 - h,
+    "erf": torch.erf, "sin": torch.sin, "cos": torch.cos, "expm1_neg": lambda h: torch.expm1(
+        -h.abs()), "rsqrt": lambda h: torch.rsqrt(h.abs() + 1), "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid, "round": torch.round, "trunc": torch.trunc, "ceil": torch.ceil,
+    "sign": torch.sign, "pow": lambda h: h.abs() ** 1.5, "rem_s": lambda h: torch.remainder(h, 0.7),
+    "cmp_where": lambda h: torch.where(h > 0.3, h, -h * 0.5),
 }
 BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul,
@@ -141,6 +146,30 @@ def _ops() -> dict[str, Op]:
     ops["matmul"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"out": r.randint(1, 5)},
                        lambda v, p, c: v[0] @ c[p["w"]])
     ops["conv2d"] = Op(1, lambda s: len(s[0]) == 4 and min(s[0][2:]) >= 3, _conv_params, _conv)
+    rank4 = lambda s: len(s[0]) == 4 and min(s[0][2:]) >= 2   # noqa: E731
+    ops["max_pool2d"] = Op(1, rank4, lambda r, s: {"k": 2, "stride": r.choice([1, 2]),
+                                                   "pad": r.choice([0, 1])},
+                           lambda v, p, c: F.max_pool2d(v[0], p["k"], p["stride"], p["pad"]))
+    ops["avg_pool2d"] = Op(1, rank4, lambda r, s: {"k": 2, "stride": r.choice([1, 2]),
+                                                   "pad": r.choice([0, 1]),
+                                                   "incl": r.random() < 0.5},
+                           lambda v, p, c: F.avg_pool2d(v[0], p["k"], p["stride"], p["pad"],
+                                                        count_include_pad=p["incl"]))
+    ops["adaptive_avg_pool2d"] = Op(1, lambda s: len(s[0]) == 4, lambda r, s: {
+        "out": r.choice([1, 2])}, lambda v, p, c: F.adaptive_avg_pool2d(v[0], p["out"]))
+    ops["upsample"] = Op(1, lambda s: len(s[0]) == 4 and min(s[0][2:]) >= 1, lambda r, s: {
+        "mode": r.choice(["nearest", "bilinear"])},
+        lambda v, p, c: F.interpolate(v[0], scale_factor=2, mode=p["mode"]))
+    ops["cumsum"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"d": r.randrange(1, len(s[0]))},
+                       lambda v, p, c: torch.cumsum(v[0], p["d"]))
+    ops["roll"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"d": r.randrange(1, len(s[0])),
+                                                               "n": r.randint(-3, 3)},
+                     lambda v, p, c: torch.roll(v[0], p["n"], p["d"]))
+    ops["bmm"] = Op(2, lambda s: len(s[0]) == len(s[1]) >= 3 and s[0] == s[1],
+                    none, lambda v, p, c: v[0] @ v[1].transpose(-1, -2))
+    ops["sdpa"] = Op(1, lambda s: len(s[0]) >= 3, lambda r, s: {"causal": r.random() < 0.5},
+                     lambda v, p, c: F.scaled_dot_product_attention(v[0], v[0], v[0],
+                                                                    is_causal=p["causal"]))
     ops["index_select"] = Op(1, lambda s: any(d >= 1 for d in s[0][1:]), lambda r, s: {
         "d": (d := r.choice([i for i in range(1, len(s[0])) if s[0][i] >= 1])),
         "idx": [r.randrange(s[0][d]) for _ in range(r.randint(1, 4))]},
