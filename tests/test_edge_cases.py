@@ -442,7 +442,8 @@ def test_direct_launch_refusals_are_dl_errors(make, exc, match):
 def test_16bit_comparison_with_a_scalar_rounds_the_scalar(dtype):
     """torch compares a 16-bit tensor with a Python float in the tensor's dtype (0.3 is
     0.30078125 in bf16, 0.2998046875 in fp16): values at the rounded scalar compare as eager
-    does, bit for bit (the fuzzer's find: bf16 ``where(h > 0.3, ...)``)."""
+    does, bit for bit (the fuzzer's find: bf16 ``where(h > 0.3, ...)``); remainder rounds its
+    scalar too, a multiply does not."""
     class Cmp(torch.nn.Module):
         def forward(self, h):
             return torch.where(h > 0.3, h, -h * 0.5) + (h >= 0.3) + (h == 0.3) + (h < 0.3)
@@ -451,3 +452,12 @@ def test_16bit_comparison_with_a_scalar_rounds_the_scalar(dtype):
                      dtype=dtype).reshape(1, 7)
     cm = dl.compile(Cmp(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
     assert torch.equal(cm(x), Cmp()(x))
+
+    class Rem(torch.nn.Module):   # remainder takes its scalar in the tensor's dtype as well
+        def forward(self, h):
+            return torch.remainder(h, 0.7) * 0.7
+
+    torch.manual_seed(0)
+    x = (torch.randn(2, 4000) * 3).to(dtype)
+    cm = dl.compile(Rem(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
+    assert torch.equal(cm(x), Rem()(x))

@@ -279,11 +279,12 @@ class _Builder:
                 stmt = Select(name, t, tuple(refs), default)
             else:
                 args = []
-                compare = node.out.dtype is torch.bool and dtype_of(node.compute_dtype).reduced
+                rounded = dtype_of(node.compute_dtype).reduced and (
+                    node.out.dtype is torch.bool or node.op.name in SCALAR_IN_DTYPE)
                 for x, c in zip(node.inputs, ins):
-                    if c is None:   # a comparison rounds its scalar to the 16-bit operand dtype
+                    if c is None:
                         args.append(Imm(torch.tensor(x, dtype=node.compute_dtype).item()
-                                        if compare and isinstance(x, float) else x))
+                                        if rounded and isinstance(x, float) else x))
                         continue
                     self.enter(node, coords, c)
                     args.append(Ref(self.value(x, c), dtype_of(x.dtype)))
@@ -484,6 +485,11 @@ def magnitude(e: Expr, b: Bounds) -> Expr:
         return mag // e.den + (0 if lo is not None and nonneg(lo) else 1)
     return magnitude(e.den, b) * 2
 
+
+SCALAR_IN_DTYPE = frozenset({"remainder"})
+"""Ops whose Python-float operand torch rounds to a 16-bit tensor's dtype before computing (its
+kernels take the scalar as ``scalar_t``), as it does for every comparison (a bool output); the
+others (add, mul, div...) compute with the float as given (opmath)."""
 
 BOUND_SLACK = 1 << 10
 """An index bound within this of another one is dropped (``NARROW_LIMIT`` leaves room for it)."""
