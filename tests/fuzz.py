@@ -33,6 +33,7 @@ import dlcb_lab as dl
 from dlcb_lab.errors import DLError
 
 CASES = Path(__file__).resolve().parent / "fuzz_cases"
+VOCAB = 11                # rows of an embedding table (an ids input's range)
 BATCHES = (3, 1, 0, 7)   # the compile's example batch first; size one and zero are cases
 M_STEPS = (0, 2, None, 1)   # a dynamic last axis M per call: example + step, None: size one
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -170,6 +171,8 @@ def _ops() -> dict[str, Op]:
     ops["sdpa"] = Op(1, lambda s: len(s[0]) >= 3, lambda r, s: {"causal": r.random() < 0.5},
                      lambda v, p, c: F.scaled_dot_product_attention(v[0], v[0], v[0],
                                                                     is_causal=p["causal"]))
+    ops["embedding"] = Op(1, lambda s: False, lambda r, s: {"dim": r.choice([2, 4])},
+                          lambda v, p, c: F.embedding(v[0], c[p["w"]]))
     ops["index_select"] = Op(1, lambda s: any(d >= 1 for d in s[0][1:]), lambda r, s: {
         "d": (d := r.choice([i for i in range(1, len(s[0])) if s[0][i] >= 1])),
         "idx": [r.randrange(s[0][d]) for _ in range(r.randint(1, 4))]},
@@ -247,6 +250,9 @@ class Program(torch.nn.Module):
                 consts += [torch.randn(p["out"], s[0][1] // p["groups"], p["k"], p["k"],
                                        generator=g).to(dt) / p["k"],
                            torch.randn(p["out"], generator=g).to(dt)]
+            elif st["op"] == "embedding":
+                p["w"] = len(consts)
+                consts.append(torch.randn(VOCAB, p["dim"], generator=g).to(dt))
             elif st["op"] == "index_select":
                 p["i"] = len(consts)
                 consts.append(torch.tensor(p["idx"]))
@@ -267,6 +273,8 @@ class Program(torch.nn.Module):
 def _shape_of(st: dict, s: list[tuple], p: dict, consts: list[torch.Tensor]) -> tuple:
     """A step's output shape at the example batch, by running it on zeros (meta would do, but
     some ops' meta kernels differ)."""
+    if st["op"] == "embedding":
+        return (*s[0], p["dim"])
     xs = [torch.zeros(sh) for sh in s]
     return tuple(OPS[st["op"]].apply(xs, p, [c.float() if c.is_floating_point() else c
                                              for c in consts]).shape)
@@ -282,6 +290,9 @@ def generate(seed: int, max_steps: int = 6) -> Case:
     base = [0 if r.random() < 0.04 else r.choice([1, 2, 3, 4, 5, 8]) for _ in range(rank - 1)]
     dyn_m = base[-1] > 1 and r.random() < 0.3   # the last axis dynamic too (M)
     inputs = []
+    if r.random() < 0.15:   # token ids [N, L] into a table of VOCAB rows; one call out of range
+        inputs.append({"shape": [None, r.choice([1, 3, 5])], "layout": "contiguous",
+                       "special": None, "ids": VOCAB})
     for _ in range(r.randint(1, 3)):
         rest = [1 if r.random() < 0.2 else d for d in base]
         if dyn_m and rest[-1] != 1:
@@ -292,12 +303,17 @@ def generate(seed: int, max_steps: int = 6) -> Case:
                        "special": r.choices([None, "nan", "inf"], weights=[8, 1, 1])[0]})
     shapes = [example_shape(i) for i in inputs]
     n_in, steps = len(shapes), []
+    ids = [i for i, spec in enumerate(inputs) if "ids" in spec]
+    for i in ids:   # ids are only looked up: the embedding is their one reader
+        steps.append({"op": "embedding", "args": [i], "p": {"dim": r.choice([2, 4])}})
+        shapes.append((*shapes[i], steps[-1]["p"]["dim"]))
+    usable = [i for i in range(len(shapes)) if i not in ids]
     for _ in range(r.randint(1, max_steps)):
         names = list(OPS)
         r.shuffle(names)
         for name in names:
             op = OPS[name]
-            picks = [r.randrange(len(shapes)) for _ in range(op.arity)]
+            picks = [r.choice(usable) for _ in range(op.arity)]
             if op.arity == 2 and r.random() < 0.5:   # often combine with the latest value
                 picks[0] = len(shapes) - 1
             if not op.ok([shapes[a] for a in picks]):
@@ -310,6 +326,7 @@ def generate(seed: int, max_steps: int = 6) -> Case:
                 continue
             steps.append(step)
             shapes = trial
+            usable.append(len(shapes) - 1)
             break
     return Case(seed, dtype, inputs, steps)
 
@@ -335,6 +352,12 @@ def make_inputs(case: Case, batch: int, device: str, m_step: int | None = 0
     out = []
     for spec in case.inputs:
         shape = [_size(d, batch, m_step) for d in spec["shape"]]
+        if "ids" in spec:   # at batch 7 one id is past the table (eager and DLCB refuse)
+            ids = torch.randint(0, spec["ids"], shape, generator=g)
+            if batch == 7:
+                ids.view(-1)[-1] = spec["ids"]
+            out.append(ids.to(device))
+            continue
         x = torch.randn(shape, generator=g).to(dt)
         if spec["special"] and x.numel():
             flat = x.view(-1)
@@ -359,6 +382,9 @@ class Outcome:
 
 
 def run_case(case: Case, device: str = "cpu") -> Outcome:
+    """Compile the case's live steps (what its output depends on: a compiler owes nothing to a
+    dead step, not even eager's error in it) and check each call against eager."""
+    case = _cone(case)
     shapes = [example_shape(i) for i in case.inputs]
     try:
         m = Program(case, list(shapes)).to(device).eval()
@@ -385,8 +411,16 @@ def run_case(case: Case, device: str = "cpu") -> Outcome:
         with torch.no_grad():
             try:
                 want = m(*xs)
-            except Exception:   # noqa: BLE001 - eager refuses this batch (a zero-size reduction)
-                continue
+            except Exception as eager_err:   # noqa: BLE001 - eager refuses the call: so must DLCB
+                try:
+                    cm(*xs)
+                except DLError:
+                    continue
+                except Exception as err:   # noqa: BLE001
+                    return Outcome("fail", f"batch {n}: eager refuses ({type(eager_err).__name__}"
+                                           f"), DLCB raised {type(err).__name__}: {err}", calls)
+                return Outcome("fail", f"batch {n}: eager refuses ({type(eager_err).__name__}: "
+                                       f"{str(eager_err)[:120]}), DLCB answered", calls)
             try:
                 got = cm(*xs)
             except DLError as err:
