@@ -65,6 +65,11 @@ def test_refusals_and_invalid_programs_are_not_failures():
                [{"op": "matmul", "args": [0], "p": {"out": 2}},
                 {"op": "add", "args": [0, 1], "p": {}}])   # [N, 3] + [N, 2]: eager refuses
     assert run_case(bad).status == "invalid"
+    pinned = Case(0, "float32", [{"shape": [None, "M=4"], "layout": "contiguous",
+                                  "special": None}],
+                  [{"op": "linear", "args": [0], "p": {"out": 2, "bias": True}}])
+    out = run_case(pinned)   # a dynamic last axis the linear's weight fixes: a dl refusal
+    assert out.status == "refused" and "M" in out.detail and "fixes it to 4" in out.detail, out
 
 
 def test_nonfinite_inputs_checked_against_float64_where_eager_disagrees():
