@@ -27,6 +27,7 @@ from .ir.graph import Graph
 from .kgen.infer import infer_kernels, materialized_values
 from .kgen.kir import KernelBody
 from .passes import PassRecord, run_passes
+from .passes.partition import index_reads
 from .records import DimTable, Kernel, Pipeline
 from .runtime.build import build_kernels
 from .runtime.direct import kernel_signatures
@@ -339,7 +340,9 @@ def _pipeline(g: Graph, bodies: Sequence[KernelBody], host: HostProgram, plan: L
               passes: Sequence[PassRecord], backend: str, timings: dict[str, float]) -> Pipeline:
     """The stage records of a compile, before the build (no thunk, kernels without launchers)."""
     sol = g.solver.solution()
-    kernels = tuple(Kernel(b, backend, kernel_signatures(b, g.dims, plan.guards))
+    mats = {v.id for v in g.materialized()}
+    kernels = tuple(Kernel(b, backend, kernel_signatures(b, g.dims, plan.guards,
+                                                         index_reads(g, b.out, mats)))
                     for b in bodies)   # the host program's guards (hostgen.guards), once
     return Pipeline(g, sol.constraints, sol.trace, sol.residuals, DimTable.of_graph(g), kernels,
                     host, plan, (), timings, tuple(passes))

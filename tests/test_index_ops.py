@@ -80,6 +80,24 @@ def test_constant_index_checked_at_compile_time():
         dl.compile(ConstIndex(torch.tensor([4])), (x,), dynamic={0: {0: "N"}}, backend="cpu")
 
 
+class _SelectSum(ConstIndex):
+    def forward(self, x):
+        return x.index_select(1, self.idx).sum(0)
+
+
+@pytest.mark.parametrize("m", [ConstIndex(torch.tensor([3, 0])), _SelectSum(torch.tensor([3, 0]))],
+                         ids=["empty output", "reduction over nothing"])
+def test_index_read_by_no_element_still_checked(m):
+    """Eager checks every index whatever the output's size: a value of no elements (no kernel)
+    and a reduction over none (a kernel that never reaches the read) are refused too."""
+    cm = dl.compile(m, (torch.randn(2, 4),), dynamic={0: {0: "N", 1: "M"}}, backend="cpu")
+    torch.testing.assert_close(cm(torch.randn(0, 4)), m(torch.randn(0, 4)))
+    with pytest.raises(RuntimeError, match="out of DATA bounds"):
+        m(torch.randn(0, 3))
+    with pytest.raises(dl.ShapeMismatch, match=r"index tensor 'idx'.*outside \[0, 3\)"):
+        cm(torch.randn(0, 3))
+
+
 def test_index_dtype_refused():
     with pytest.raises(dl.DTypeError, match=r"torch rejects the program: .*Expected dtype "
                        r"int32/int64 for index, but got torch.int16"):

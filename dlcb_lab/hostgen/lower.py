@@ -31,7 +31,7 @@ from ..ir.graph import Graph, Value
 from ..ir.ops import Guarded, OpDef, linear_index
 from ..kgen.abi import abi
 from ..kgen.kir import KernelBody
-from ..passes.partition import steps as partition_steps
+from ..passes.partition import index_reads, steps as partition_steps
 from .guards import Guard, describe, dim_origins, graph_guards
 from .program import HostBuilder, HostProgram, escape
 
@@ -168,6 +168,9 @@ class LaunchPlan(Rich):
     guards: tuple[Guard, ...] = ()
     """The graph's guards (``hostgen.guards``), compiled into the host program; direct kernel
     launches check the same list."""
+    index_checks: tuple[tuple[Operand, int, str], ...] = ()
+    """Index checks no launch makes: index inputs a value of literally no elements reads (eager
+    refuses an out-of-range index there too), as ``KernelLaunch.index_checks``."""
 
     @property
     def kernels(self) -> tuple[KernelLaunch, ...]:
@@ -285,37 +288,44 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
     by_out = {kb.out.id: kb for kb in kernels}
     by_id = {v.id: v for v in buffers}
     consts_t = {v.id: t for v, t in g.constants}
+    mats = set(buf_index)
     steps: list[Step] = []
+    empty_checks: list[tuple[Operand, int, str]] = []
     for ps in g.partition.steps if g.partition is not None else partition_steps(g):
         v = by_id[ps.value_id]
         if ps.kind == "library":
             steps.append(replace(_library_call(g, hb, v.producer, operand, buf_index[v.id]),
                                  step=ps.index))
-        elif ps.launches:
-            kb = by_out.pop(v.id, None)
-            if kb is None:
-                raise BuildError(f"partition step {ps.index} (%{v.name}) has no kernel")
-            steps.append(replace(_kernel_launch(hb, kb, operand, buf_index[v.id], consts_t),
-                                 step=ps.index))
+            continue
+        checks = _index_checks(hb, index_reads(g, v, mats), v.name, operand, consts_t)
+        if not ps.launches:
+            empty_checks += checks
+            continue
+        kb = by_out.pop(v.id, None)
+        if kb is None:
+            raise BuildError(f"partition step {ps.index} (%{v.name}) has no kernel")
+        steps.append(replace(_kernel_launch(hb, kb, operand, buf_index[v.id]),
+                             step=ps.index, index_checks=tuple(checks)))
     if by_out:
         raise BuildError(f"kernels outside the partition's steps: "
                          f"{', '.join(kb.name for kb in by_out.values())}")
     outputs = tuple(Operand(Src.BUFFER, buf_index[v.id]) for v in g.outputs)
     host = hb.build()
     return host, LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs), outputs,
-                            host.args, host.regs, guards)
+                            host.args, host.regs, guards,
+                            tuple(c for c in empty_checks if c[0].src is Src.INPUT))
 
 
-def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
+def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int
                    ) -> KernelLaunch:
     hb.lenient = True   # a kernel with elements never divides by a zero extent
     try:
-        return _launch_slots(hb, kb, operand, out, consts)
+        return _launch_slots(hb, kb, operand, out)
     finally:
         hb.lenient = False
 
 
-def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: dict
+def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int
                   ) -> KernelLaunch:
     abis = [abi(v) for v in kb.variants()]      # the slots the ABI's parameters take
     variants = tuple(VariantLaunch(tuple(operand(p.value) for p in a.inputs),
@@ -326,18 +336,26 @@ def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int, consts: di
     extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)
     bound = hb.maximum([b for v in kb.variants() for b in v.index_bounds])
     hb.slots[f"{kb.name}.index_bound"] = bound
+    numel = abis[0].ints[0]
+    return KernelLaunch(out, hb.slot(f"{kb.name}.{numel.name}", numel.expr), variants, extent,
+                        bound)
+
+
+def _index_checks(hb: HostBuilder, reads: Sequence[tuple[Value, Expr]], reader: str, operand,
+                  consts: dict) -> list[tuple[Operand, int, str]]:
+    """``(operand, extent register, what)`` per index tensor in ``reads`` (``(index value,
+    extent)``) read by the value ``reader``; a constant against a literal extent is checked once,
+    here."""
     checks = []
-    for idx, ext in kb.index_checks:
-        what = f"index tensor '{idx.name}' read by '{kb.out.name}'"
+    for idx, ext in reads:
+        what = f"index tensor '{idx.name}' read by '{reader}'"
         t = consts.get(idx.id)
-        if t is not None and isinstance(ext, Lit):   # a constant: checked once, here
+        if t is not None and isinstance(ext, Lit):
             if t.numel() and not (0 <= int(t.min()) and int(t.max()) < ext.value):
                 raise ShapeError(f"{what}: values outside [0, {ext.value})")
             continue
-        checks.append((operand(idx), hb.slot(f"{kb.name}.{idx.name}.extent", ext), what))
-    numel = abis[0].ints[0]
-    return KernelLaunch(out, hb.slot(f"{kb.name}.{numel.name}", numel.expr), variants, extent,
-                        bound, tuple(checks))
+        checks.append((operand(idx), hb.slot(f"{reader}.{idx.name}.extent", ext), what))
+    return checks
 
 
 def strided_view(g: Graph, x: Value, base: Value, chain: Sequence) -> tuple | None:

@@ -69,7 +69,6 @@ class _Builder:
         self.inner: _Scope | None = None
         self.pred = ""                            # the guard in force ("" for none)
         self.identity: tuple[Expr, ...] | None = None   # the output's own coordinates (not rows)
-        self.index_checks: dict[int, tuple[Value, Expr]] = {}
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
         self.simplified: dict[Expr, Expr] = {}   # one memo per kernel: a variable's bound is set
         #   once, before any expression over it is simplified
@@ -212,7 +211,6 @@ class _Builder:
             self.loop_names.add(j.name)
         scope.stmts.append(IdxCast(code_name(j), val))
         scope.memo[key] = j
-        self.index_checks.setdefault(idx.id, (idx, extent))
         return j
 
     # -- values ------------------------------------------------------------------------------------
@@ -355,8 +353,7 @@ class _Builder:
         params = tuple((n, e) for e, n in self.params.items())
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
-                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, bound_extent,
-                          index_checks=tuple(self.index_checks.values()))
+                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, bound_extent)
 
     def open_loops(self, exts, bounds, extent, loops) -> list[Expr]:
         """Loop variables over ``exts`` in a fresh inner scope: one per extent, or in the

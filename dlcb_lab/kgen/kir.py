@@ -273,8 +273,6 @@ class KernelBody:
     cooperative: bool = False                # one block per output element (reductions)
     reduce_extent: Expr | None = None        # elements reduced per output element (at most)
     variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
-    index_checks: tuple[tuple[Value, Expr], ...] = ()
-    """Index tensors the kernel reads coordinates from, with the extent each must lie below."""
 
     def variants(self) -> tuple["KernelBody", ...]:
         """This kernel and its launch-time alternative, if any."""

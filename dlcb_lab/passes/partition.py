@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dims import prod
+from ..dims import Expr, prod, var
 from ..display import Rich
 from ..ir.graph import Graph, Value
 from ..ir.ops import OpKind
@@ -57,6 +57,23 @@ class Partition(Rich):
             if s.why:
                 lines.append(f"        {s.why}")
         return "\n".join(lines)
+
+
+def index_reads(g: Graph, v: Value, mats: set[int]) -> list[tuple[Value, Expr]]:
+    """``(index tensor, extent)`` per index tensor the kernel computing ``v`` reads coordinates
+    from (its index ops' reverse transforms at symbolic output coordinates), whether or not the
+    kernel launches or reaches the read: eager checks every index, whatever the output's size."""
+    reads: dict[int, tuple[Value, Expr]] = {}
+
+    def record(idx: Value, coords, extent: Expr):
+        reads.setdefault(idx.id, (idx, extent))
+        return var(f"_j{len(reads)}", 2)
+
+    for x in inlined(g, v, mats):
+        n = x.producer
+        if n.op.kind is OpKind.GATHER:
+            n.op.reverse(g, n, [var(f"_c{k}", 2) for k in range(x.rank)], index=record)
+    return list(reads.values())
 
 
 def inlined(g: Graph, v: Value, mats: set[int]) -> list[Value]:

@@ -126,10 +126,12 @@ class KernelSignature:
 
 
 def kernel_signatures(body: KernelBody, dims: Callable[[Value], Sequence[Expr]],
-                      guards: Sequence[Guard] = ()) -> tuple[KernelSignature, ...]:
+                      guards: Sequence[Guard] = (), reads: Sequence[tuple[Value, Expr]] = ()
+                      ) -> tuple[KernelSignature, ...]:
     """One signature per variant of ``body``, from its ABI; ``dims(value)`` is the value's solved
     shape (``Graph.dims``); of ``guards`` (``hostgen.guards.graph_guards``), those over the dims
-    of the buffers."""
+    of the buffers; of the index ``reads`` (``passes.partition.index_reads``), those of index
+    tensors among its arguments."""
     bounds = tuple(b for v in body.variants() for b in v.index_bounds)
     out = []
     for i, v in enumerate(body.variants()):
@@ -137,7 +139,7 @@ def kernel_signatures(body: KernelBody, dims: Callable[[Value], Sequence[Expr]],
         bufs = tuple(BufferSpec(p.name, p.value.name, p.dtype.torch, tuple(dims(p.value)))
                      for p in a.buffers)
         pos = {p.value.id: j for j, p in enumerate(a.buffers) if p.kind == "in"}
-        checks = tuple((pos[x.id], e) for x, e in v.index_checks if x.id in pos)
+        checks = tuple((pos[x.id], e) for x, e in reads if x.id in pos)
         free = frozenset().union(*(d.free_vars for b in bufs for d in b.shape))
         mine = tuple(gd for gd in guards if gd.free_vars <= free)
         numel, *params = a.ints

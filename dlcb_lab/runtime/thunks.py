@@ -101,12 +101,14 @@ class Thunk(Rich):
         self._narrow_ok = device == "cuda"
         self.calls = 0
         cap = capacity_from_env() if device == "cuda" else 0
+        checks = [c for st in plan.steps if isinstance(st, KernelLaunch) for c in st.index_checks]
         self.input_checks = tuple(dict.fromkeys(
-            (o.index, reg, what) for st in plan.steps if isinstance(st, KernelLaunch)
-            for o, reg, what in st.index_checks if o.src is Src.INPUT))
+            (o.index, reg, what) for o, reg, what in checks + list(plan.index_checks)
+            if o.src is Src.INPUT))
         """Index checks on the call's inputs (token ids, say): ``(input position, extent
-        register, what)``, run before the call's first launch; those on computed index tensors
-        run before the kernel that reads them."""
+        register, what)``, run before the call's first launch (with those of values of no
+        elements, ``LaunchPlan.index_checks``); those on computed index tensors run before the
+        kernel that reads them."""
         self.graphs = GraphCache(self, cap) if cap else None
         """CUDA-graph replay per shape signature (``runtime.graphs``); None on CPU or with
         ``DLCB_CUDA_GRAPHS=0``."""
