@@ -81,8 +81,8 @@ def workload(big: bool = False) -> None:
     for dtype in (torch.float32, torch.float16):
         cm = dl.compile(Affine(), (torch.randn(2, 6, 5, 8, device=dev, dtype=dtype), s.to(dtype)),
                         dynamic={0: {0: "N", 3: "W"}})
-        big = torch.randn(4 * 6 * 5 * 8 + 1, device=dev, dtype=dtype)
-        for x in (big[:960].view(4, 6, 5, 8), big[1:].view(4, 6, 5, 8),
+        buf = torch.randn(4 * 6 * 5 * 8 + 1, device=dev, dtype=dtype)
+        for x in (buf[:960].view(4, 6, 5, 8), buf[1:].view(4, 6, 5, 8),
                   torch.randn(3, 6, 5, 7, device=dev, dtype=dtype)):
             for _ in range(3):   # plain, capture, replay
                 torch.testing.assert_close(cm(x, s.to(dtype)), Affine()(x, s.to(dtype)))
