@@ -251,3 +251,37 @@ def test_threads_sharing_a_module_get_their_own_results(net):
     assert not bad, bad
     g = cm.stats()["graphs"]
     assert g["captures"] == 2 and g["replays"] >= 100, g
+
+
+def test_memory_flat_across_calls_at_varying_shapes(net):
+    """10,000 calls at 12 batch sizes in turn through an LRU of 8 graphs (the worst case: each
+    signature's graph is evicted before it comes back, so every call captures anew): after the
+    warm-up, device memory allocated (within the size difference of the 8 graphs cached at the
+    start and at the end) and the Python heap do not grow; evictions are counted."""
+    import gc
+    import tracemalloc
+
+    m, cm = net
+    xs = [_x(n) for n in range(1, 13)]
+    cm._thunk.graphs.capacity = 8
+    for _ in range(3):   # plain, capture, and the pool at its size for every signature
+        for x in xs:
+            cm(x)
+    torch.cuda.synchronize()
+    gc.collect()
+    dev0 = torch.cuda.memory_allocated()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(10_000):
+            cm(xs[i % len(xs)])
+        torch.cuda.synchronize()
+        gc.collect()
+        host = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    dev = torch.cuda.memory_allocated() - dev0
+    g = cm._thunk.graphs.stats()
+    assert g["evictions"] >= 10_000 and g["cached"] == 8, g
+    assert dev < 1 << 20 and host < 64 * 1024, (dev, host)   # the last 8 graphs: other sizes
+    _check(m, cm, xs[5])

@@ -7,6 +7,7 @@ the launch plan's steps are the partition's steps, in order; the thunk's one ste
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import torch
@@ -247,3 +248,49 @@ def test_replay_cost_model_keeps_copy_bound_calls_plain():
     steps, why = cost(Steps(), torch.randn(2, 8), torch.randn(n, 8))
     assert why is not None and why.startswith("plain launches: a replay would save 1 launches"), why
     assert cost(Steps(), torch.randn(2, 8), torch.randn(n - 2, 8))[1] is None
+
+
+def test_capture_gate_holds_runs_back_while_a_capture_runs():
+    """``runtime.graphs.GATE`` (pure threading; no GPU): runs share it, reentrantly; a capture
+    waits for the runs in progress, and a run that starts meanwhile waits for the capture."""
+    import threading
+
+    from dlcb_lab.runtime.graphs import _Gate
+
+    gate, log = _Gate(), []
+    in_run, release, capture_waits = threading.Event(), threading.Event(), threading.Event()
+
+    def run():
+        with gate.shared(), gate.shared():   # reentrant
+            in_run.set()
+            release.wait(5)
+            log.append("run ends")
+
+    def capture():
+        capture_waits.set()
+        with gate.exclusive():
+            log.append("capture")
+
+    def late_run():
+        with gate.shared():
+            log.append("late run")
+
+    t1 = threading.Thread(target=run)
+    t1.start()
+    assert in_run.wait(5)
+    t2 = threading.Thread(target=capture)
+    t2.start()
+    assert capture_waits.wait(5)
+    while not gate._waiting:   # the capture is queued behind the run
+        time.sleep(0.001)
+    t3 = threading.Thread(target=late_run)
+    t3.start()
+    time.sleep(0.05)
+    assert log == []           # neither the capture nor the late run got in
+    release.set()
+    for t in (t1, t2, t3):
+        t.join(5)
+    assert log == ["run ends", "capture", "late run"], log
+    with gate.shared(), pytest.raises(RuntimeError, match="capture inside"):
+        with gate.exclusive():
+            pass

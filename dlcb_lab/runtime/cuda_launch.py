@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -38,6 +39,8 @@ _launch: Callable[..., None] | None = None
 _LaunchConfig: Any = None
 _CoreStream: Any = None
 _Device: Any = None
+_ObjectCode: Any = None
+_IMPORT = threading.Lock()   # two threads importing cuda.core at once: one sees it half-made
 
 _STREAMS: dict[tuple[int, int], Any] = {}  # (raw stream handle, device) -> cuda.core Stream
 _CONFIGS: dict[tuple[Dims, Dims], Any] = {}  # (grid, block) -> LaunchConfig, or None for empty grid
@@ -54,11 +57,16 @@ def cuda_available() -> bool:
 
 def _core() -> None:
     """Import ``cuda.core`` once and bind what the hot path uses to module globals."""
-    global _launch, _LaunchConfig, _CoreStream, _Device
-    if _launch is None:
-        from cuda.core import Device, LaunchConfig, Stream, launch
+    global _launch, _LaunchConfig, _CoreStream, _Device, _ObjectCode
+    if _launch is not None:
+        return
+    with _IMPORT:
+        if _launch is None:
+            from cuda.core import Device, LaunchConfig, ObjectCode, Stream, launch
 
-        _LaunchConfig, _CoreStream, _Device, _launch = LaunchConfig, Stream, Device, launch
+            _LaunchConfig, _CoreStream, _Device, _ObjectCode = LaunchConfig, Stream, Device, \
+                ObjectCode
+            _launch = launch   # last: the fast path's test
 
 
 def _device(dev: int) -> Any:
@@ -249,9 +257,7 @@ class CudaModule:
         code = self._code.get(dev)
         if code is None:
             _device(dev)
-            from cuda.core import ObjectCode
-
-            code = self._code[dev] = ObjectCode.from_cubin(self.cubin, name=self.name)
+            code = self._code[dev] = _ObjectCode.from_cubin(self.cubin, name=self.name)
         return code.get_kernel(name)
 
     def kernel(self, name: str, signature: Sequence[str]) -> CudaKernel:

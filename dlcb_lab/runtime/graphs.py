@@ -5,8 +5,9 @@ The host program resolves every shape and launch slot before any launch, so a ca
 a function of its input shapes alone: one graph per shape signature serves every later call of
 those shapes. Per thunk, a ``GraphCache``:
 
-- **When**: the first call of a signature runs plain launches (the warm-up: cuBLAS/cuDNN handles,
-  lazy module loads, and every index check); the second captures and replays; later calls replay.
+- **When**: the first call of a signature in each thread runs plain launches (the warm-up: the
+  thread's own cuBLAS/cuDNN handles, which a capture cannot create, lazy module loads, and every
+  index check); the next captures and replays; later calls replay.
 - **Whether**: a replay saves host launches but copies the inputs in and the outputs out. Per
   signature, before its first call, a cost model compares the launches saved (the plan's steps
   less the replay and its copies, ``LAUNCH_US`` each) with the copies' device time (bytes read
@@ -27,10 +28,15 @@ those shapes. Per thunk, a ``GraphCache``:
   copied out before the next replay).
 - **Threads**: a module shared by threads serializes its captures and replays under one lock
   (the static input buffers and the pool are one per thunk), and each replay's stream waits for
-  the previous replay's copy-out, whichever stream that ran on.
+  the previous replay's copy-out, whichever stream that ran on. A capture runs alone: another
+  thread's launch, cuDNN call or allocation meanwhile invalidates it (``thread_local`` capture
+  mode notwithstanding), so every plain run and replay of any compiled module in the process
+  holds ``GATE`` shared, and a capture holds it exclusively. Other GPU work of the process that
+  does not go through a compiled module can still spoil a capture: that signature falls back.
 - **Fallback**: a capture that fails (an eager step that synchronizes or copies from host memory,
   say) leaves the signature on plain launches; ``refused`` maps the signature to the reason,
-  naming the step. Later captures use a fresh pool and stream.
+  naming the step. A capture invalidated from outside (its steps all ran) is retried on later
+  calls, ``RETRIES`` times. Later captures use a fresh pool and stream.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -54,6 +61,8 @@ DEFAULT_CAPACITY = 8
 LAUNCH_US = 4.0
 """Host time one plain launch costs and a replay saves (the H200 measured 5-20 us per step of a
 plain call; the low end, so replay is chosen only where it clearly pays)."""
+RETRIES = 3
+"""Captures of one signature that may end invalidated from outside before it stays plain."""
 COPY_BYTES_PER_US = 3.0e6
 """Device copy rate for the cost model: 3 TB/s (the H200 copies at 3.8)."""
 
@@ -71,6 +80,58 @@ def capacity_from_env() -> int:
     return max(n, 0)
 
 
+class _Gate:
+    """Shared/exclusive: many threads run (shared) while none captures; a capture (exclusive)
+    waits for runs in progress and holds later ones back. Shared is reentrant per thread."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._running = 0
+        self._capturing = False
+        self._waiting = 0   # captures waiting: new runs let them go first
+        self._depth = threading.local()
+
+    @contextmanager
+    def shared(self):
+        depth = getattr(self._depth, "n", 0)
+        if not depth:
+            with self._cond:
+                while self._capturing or self._waiting:
+                    self._cond.wait()
+                self._running += 1
+        self._depth.n = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            if not depth:
+                with self._cond:
+                    self._running -= 1
+                    if not self._running:
+                        self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self):
+        if getattr(self._depth, "n", 0):
+            raise RuntimeError("a CUDA-graph capture inside a compiled module's run")
+        with self._cond:
+            self._waiting += 1
+            while self._capturing or self._running:
+                self._cond.wait()
+            self._waiting -= 1
+            self._capturing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._capturing = False
+                self._cond.notify_all()
+
+
+GATE = _Gate()
+"""Every compiled module's GPU runs (shared) against captures (exclusive); see the module doc."""
+
+
 class _Entry:
     __slots__ = ("graph", "inputs", "outputs")
 
@@ -86,9 +147,12 @@ class GraphCache:
         self.capacity = capacity
         self.graphs: OrderedDict[tuple, _Entry] = OrderedDict()
         self.warm: set[tuple] = set()
+        """(signature, thread) pairs that ran plain launches once (see the module doc)."""
         self.refused: dict[tuple, str] = {}
         self.plain: dict[tuple, str] = {}
-        """Signatures the cost model keeps on plain launches, with the estimate (see ``_pays``)."""
+        """Signatures the cost model keeps on plain launches, with the estimate (see ``_costs_more``)."""
+        self.spoiled: dict[tuple, int] = {}
+        """Captures invalidated from outside (``_failed``), per signature."""
         self.captures = self.replays = self.evictions = 0
         self._lock = threading.Lock()
         self._done = torch.cuda.Event()
@@ -101,20 +165,24 @@ class GraphCache:
     def stats(self) -> dict[str, Any]:
         return {"captures": self.captures, "replays": self.replays, "evictions": self.evictions,
                 "cached": len(self.graphs), "capacity": self.capacity,
-                "refused": dict(self.refused), "plain": dict(self.plain)}
+                "refused": dict(self.refused), "plain": dict(self.plain),
+                "spoiled": sum(self.spoiled.values())}
 
     def clear(self) -> None:
         """Drop every graph (their memory returns to the pool)."""
         self.graphs.clear()
 
-    def __call__(self, tensors: list[torch.Tensor], r: Sequence[int]
-                 ) -> tuple[torch.Tensor, ...] | None:
-        """The call's outputs by replay, or None: the caller runs plain launches (replay off, a
-        first call of this signature, a refused one, or a capture already in progress)."""
-        if self.capacity <= 0 or () in self.refused or torch.cuda.is_current_stream_capturing():
-            return None
-        with self._lock:
-            return self._replay(tensors, r)
+    def __call__(self, tensors: list[torch.Tensor], r: Sequence[int]) -> tuple[torch.Tensor, ...]:
+        """The call's outputs: by replay, else by the thunk's plain launches (replay off, a first
+        call of this signature, a refused one, or a capture of the caller's in progress)."""
+        if self.capacity > 0 and () not in self.refused \
+                and not torch.cuda.is_current_stream_capturing():
+            with self._lock:
+                out = self._replay(tensors, r)
+            if out is not None:
+                return out
+        with GATE.shared():
+            return self.thunk._run(tensors, r)
 
     def _replay(self, tensors: list[torch.Tensor], r: Sequence[int]
                 ) -> tuple[torch.Tensor, ...] | None:
@@ -125,8 +193,8 @@ class GraphCache:
         if entry is None:
             if key in self.refused or key in self.plain:
                 return None
-            if key not in self.warm:
-                self.warm.add(key)
+            if (key, threading.get_ident()) not in self.warm:
+                self.warm.add((key, threading.get_ident()))
                 why = self._costs_more(tensors, r)
                 if why is not None:
                     self.plain[key] = why
@@ -139,13 +207,14 @@ class GraphCache:
         for i, reg, what in self.thunk.input_checks:
             check_index(tensors[i], r[reg], what)
         stream = torch.cuda.current_stream(tensors[0].device if tensors else None)
-        stream.wait_event(self._done)   # the last replay, on whichever stream, has copied out
-        for s, t in zip(entry.inputs, tensors[:n]):
-            s.copy_(t)
-        entry.graph.replay()
+        with GATE.shared():
+            stream.wait_event(self._done)   # the last replay, on whichever stream, has copied out
+            for s, t in zip(entry.inputs, tensors[:n]):
+                s.copy_(t)
+            entry.graph.replay()
+            outs = tuple(o.clone() for o in entry.outputs)
+            self._done.record(stream)
         self.replays += 1
-        outs = tuple(o.clone() for o in entry.outputs)
-        self._done.record(stream)
         return outs
 
     def _costs_more(self, tensors: list[torch.Tensor], r: Sequence[int]) -> str | None:
@@ -176,30 +245,46 @@ class GraphCache:
         static = [t.clone() for t in tensors[:n]]
         graph = torch.cuda.CUDAGraph()
         at: list[int] = []
+        err: Exception | None = None
+        step_failed = False
         self._stream.wait_stream(torch.cuda.current_stream(dev))
-        try:
-            with torch.cuda.stream(self._stream):
-                graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
-                try:
-                    outs = self.thunk._run(static + list(tensors[n:]), r, checks=False, at=at)
-                finally:
-                    graph.capture_end()
-        except Exception as err:   # noqa: BLE001 - any capture failure falls back, named
-            step = self.thunk.plan.steps[at[-1]] if at else None
-            self.refused[key] = f"capture failed at {_step_name(at[-1], step)}: " \
-                                f"{type(err).__name__}: {str(err).splitlines()[0][:200]}" \
-                if step is not None else f"capture failed: {type(err).__name__}: {err}"
-            torch.cuda.current_stream(dev).wait_stream(self._stream)
-            _reset_capture_state(self._stream)
-            self._pool = self._stream = None
-            return None
+        with GATE.exclusive(), torch.cuda.stream(self._stream):
+            graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+            try:
+                outs = self.thunk._run(static + list(tensors[n:]), r, checks=False, at=at)
+            except Exception as e:   # noqa: BLE001 - a step that cannot be captured, named
+                err, step_failed = e, True
+            try:
+                graph.capture_end()
+            except Exception as e:   # noqa: BLE001 - the capture was spoiled
+                err = err or e
+            if err is not None:
+                _reset_capture_state(self._stream)
         torch.cuda.current_stream(dev).wait_stream(self._stream)
+        if err is not None:
+            self._failed(key, err, at if step_failed else None)
+            return None
         self.captures += 1
         entry = self.graphs[key] = _Entry(graph, static, outs)
         while len(self.graphs) > self.capacity:
             self.graphs.popitem(last=False)
             self.evictions += 1
         return entry
+
+    def _failed(self, key: tuple, err: Exception, at: list[int] | None) -> None:
+        """A failed capture: a step that raised refuses the signature for good (``refused``
+        names it); a capture whose steps all ran but that ended invalidated (GPU work of the
+        process outside compiled modules, meanwhile) is retried on later calls, ``RETRIES``
+        times, before the signature is refused. Later captures use a fresh pool and stream."""
+        self._pool = self._stream = None
+        why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        if at is not None:
+            where = f" at {_step_name(at[-1], self.thunk.plan.steps[at[-1]])}" if at else ""
+            self.refused[key] = f"capture failed{where}: {why}"
+            return
+        self.spoiled[key] = self.spoiled.get(key, 0) + 1
+        if self.spoiled[key] > RETRIES:
+            self.refused[key] = f"capture invalidated {self.spoiled[key]} times: {why}"
 
     def __repr__(self) -> str:
         s = self.stats()

@@ -180,9 +180,7 @@ class Thunk(Rich):
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         tensors = self._check_args(args)
         r = self._registers(tensors)
-        out = self.graphs(tensors, r) if self.graphs is not None else None
-        if out is None:
-            out = self._run(tensors, r)
+        out = self._run(tensors, r) if self.graphs is None else self.graphs(tensors, r)
         self.calls += 1
         return out
 
