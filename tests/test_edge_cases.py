@@ -438,26 +438,45 @@ def test_direct_launch_refusals_are_dl_errors(make, exc, match):
     assert out.isnan().all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_16bit_comparison_with_a_scalar_rounds_the_scalar(dtype):
-    """torch compares a 16-bit tensor with a Python float in the tensor's dtype (0.3 is
-    0.30078125 in bf16, 0.2998046875 in fp16): values at the rounded scalar compare as eager
-    does, bit for bit (the fuzzer's find: bf16 ``where(h > 0.3, ...)``); remainder rounds its
-    scalar too, a multiply does not."""
-    class Cmp(torch.nn.Module):
-        def forward(self, h):
-            return torch.where(h > 0.3, h, -h * 0.5) + (h >= 0.3) + (h == 0.3) + (h < 0.3)
+class ScalarCmp(torch.nn.Module):   # comparisons: the scalar in the tensor's dtype
+    def forward(self, h):
+        return torch.where(h > 0.3, h, -h * 0.5) + (h >= 0.3) + (h == 0.3) + (h < 0.3)
 
-    x = torch.tensor([0.29, 0.30078125, 0.3, 0.31, 0.2988, 0.2998046875, 0.30005],
-                     dtype=dtype).reshape(1, 7)
-    cm = dl.compile(Cmp(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
-    assert torch.equal(cm(x), Cmp()(x))
 
-    class Rem(torch.nn.Module):   # remainder takes its scalar in the tensor's dtype as well
-        def forward(self, h):
-            return torch.remainder(h, 0.7) * 0.7
+class ScalarRem(torch.nn.Module):   # remainder takes its scalar in the tensor's dtype as well
+    def forward(self, h):
+        return torch.remainder(h, 0.7) * 0.7
 
+
+class ScalarPow(torch.nn.Module):   # so does pow, as exponent and as base
+    def forward(self, h):
+        return h.abs() ** 0.3 + 0.3 ** h
+
+
+class ScalarAdd(torch.nn.Module):   # add and mul keep the float (CUDA; CPU eager rounds add's)
+    def forward(self, h):
+        return (h + 0.3) * 0.3 - 0.7
+
+
+class ScalarDiv(torch.nn.Module):   # CUDA: times the reciprocal (in float), as eager; CPU divides
+    def forward(self, h):
+        return h / 0.3 + h / 3 - 0.7 / h
+
+
+def scalar_16bit_inputs(dtype, device="cpu") -> list[torch.Tensor]:
+    """Values at and around 0.3 rounded (0.30078125 in bf16, 0.2998046875 in fp16), and a spread."""
     torch.manual_seed(0)
-    x = (torch.randn(2, 4000) * 3).to(dtype)
-    cm = dl.compile(Rem(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
-    assert torch.equal(cm(x), Rem()(x))
+    near = torch.tensor([0.29, 0.30078125, 0.3, 0.31, 0.2988, 0.2998046875, 0.30005],
+                        dtype=dtype).reshape(1, 7)
+    return [near.to(device), (torch.randn(2, 4000) * 3).to(dtype).to(device)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mod", [ScalarCmp, ScalarRem, ScalarPow, ScalarDiv])
+def test_16bit_op_with_a_scalar_as_eager(mod, dtype):
+    """torch takes a Python float in a comparison, remainder or pow with a 16-bit tensor in the
+    tensor's dtype, and divides by one in float: DLCB's results equal eager's bit for bit (the
+    fuzzer's find: bf16 ``where(h > 0.3, ...)``)."""
+    for x in scalar_16bit_inputs(dtype):
+        cm = dl.compile(mod(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
+        assert torch.equal(cm(x), mod()(x)), mod.__name__

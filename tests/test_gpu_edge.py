@@ -13,7 +13,9 @@ import dlcb_lab as dl
 from dlcb_lab.runtime import launchers
 
 from harness import Recorder, Spy
-from test_edge_cases import INT_PAIRS, Fn, Fn2, _ints, run
+from test_edge_cases import (INT_PAIRS, Fn, Fn2, ScalarAdd, ScalarCmp, ScalarDiv, ScalarPow,
+                             ScalarRem, _ints,
+                             run, scalar_16bit_inputs)
 from test_structure import HOSTILE, Overflow, Worked
 
 pytestmark = pytest.mark.gpu
@@ -144,3 +146,15 @@ def test_vectorized_entry_point(dtype, monkeypatch):
         assert [e[-1] for e in log] == [want_w], (x.shape, log)
     t = cm.trace(cases[0][0], s, b)
     assert [(st.name.endswith("_v"), st.width) for st in t.steps] == [(True, w)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mod", [ScalarCmp, ScalarRem, ScalarPow, ScalarAdd, ScalarDiv])
+def test_16bit_op_with_a_scalar_cuda(mod, dtype):
+    """A Python float beside a 16-bit tensor, as CUDA eager takes it (rounded to the dtype in
+    comparisons, remainder and pow; kept as float in add and mul; a divisor as its reciprocal,
+    in float): equal bit for bit (in float32 a fused multiply-add rounds once where eager's
+    two kernels round twice)."""
+    for x in scalar_16bit_inputs(dtype, DEV):
+        cm = dl.compile(mod(), (x,), dynamic={0: {0: "N"}}, backend="cuda")
+        assert torch.equal(cm(x), mod()(x)), mod.__name__

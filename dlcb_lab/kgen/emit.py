@@ -163,8 +163,8 @@ class _Printer:
 
     @stmt.register
     def _(self, s: Compute) -> str:
-        args = [self.operand(a, s.compute.reg) for a in s.args]
-        code = self.template(s.op).format(*args, z=self.literal(s.compute, 0))
+        op, args = self.compute(s)
+        code = self.template(op).format(*args, z=self.literal(s.compute, 0))
         return self.let(s.dtype, s.name, self.result(s, code))
 
     @stmt.register
@@ -229,6 +229,10 @@ class _Printer:
     def _(self, s: StoreAt) -> str:
         return self.assign(f"out[{s.index}]", self.narrow(s.value))
 
+    def compute(self, s: Compute) -> tuple[str, list[str]]:
+        """The op spelled for ``s`` and its operands in the compute dtype."""
+        return s.op, [self.operand(a, s.compute.reg) for a in s.args]
+
     def load(self, s: Load) -> str:
         """The buffer element ``s`` reads."""
         return f"in{s.buf}[{s.index}]"
@@ -271,6 +275,17 @@ class _Cuda(_Printer):
 
     def to_double(self, v: str) -> str:
         return f"(double)({v})"
+
+    def compute(self, s: Compute) -> tuple[str, list[str]]:
+        """As the base, except a float division by a Python number: CUDA eager multiplies by the
+        divisor's reciprocal, taken in the compute dtype (``div_true_kernel_cuda``), and so does
+        the kernel, to match it bit for bit."""
+        d = s.args[1] if s.op == "div" else None
+        if not (isinstance(d, Imm) and s.compute.is_float):
+            return super().compute(s)
+        t = s.compute.reg.torch
+        inv = (torch.ones((), dtype=t) / torch.tensor(d.value, dtype=t)).item()
+        return "mul", [self.operand(s.args[0], s.compute.reg), self.literal(s.compute.reg, inv)]
 
     def row_init(self, kind: RowKind) -> str:
         if kind is RowKind.NORM:

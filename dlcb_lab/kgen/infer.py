@@ -483,10 +483,11 @@ def magnitude(e: Expr, b: Bounds) -> Expr:
     return magnitude(e.den, b) * 2
 
 
-SCALAR_IN_DTYPE = frozenset({"remainder"})
-"""Ops whose Python-float operand torch rounds to a 16-bit tensor's dtype before computing (its
-kernels take the scalar as ``scalar_t``), as it does for every comparison (a bool output); the
-others (add, mul, div...) compute with the float as given (opmath)."""
+SCALAR_IN_DTYPE = frozenset({"remainder", "pow"})
+"""Ops whose Python-float operand torch rounds to a 16-bit tensor's dtype before computing, on
+CPU and CUDA alike (its kernels take the scalar as ``scalar_t``; ``pow`` either way round), as it
+does for every comparison (a bool output); mul and div compute with the float as given (opmath),
+and so do add and sub on CUDA (CPU eager rounds theirs: one unit in the last place apart)."""
 
 BOUND_SLACK = 1 << 10
 """An index bound within this of another one is dropped (``NARROW_LIMIT`` leaves room for it)."""
