@@ -16,6 +16,7 @@ failing prefix, then each step dropped where the rest stays valid) and is saved 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import random
@@ -406,11 +407,12 @@ def run_case(case: Case, device: str = "cpu") -> Outcome:
         return Outcome("fail", f"compile raised {type(err).__name__}: {err}\n"
                                + traceback.format_exc(limit=-4))
     calls = 0
+    twin = copy.deepcopy(m).cpu() if device != "cpu" else None
     for n, m_step in zip(BATCHES, M_STEPS):
         xs = make_inputs(case, n, device, m_step)
         with torch.no_grad():
             try:
-                want = m(*xs)
+                want = _eager(m, xs, twin)
             except Exception as eager_err:   # noqa: BLE001 - eager refuses the call: so must DLCB
                 try:
                     cm(*xs)
@@ -442,6 +444,21 @@ def run_case(case: Case, device: str = "cpu") -> Outcome:
                 return Outcome("fail", f"batch {n}: values differ: {str(err).splitlines()[0]} "
                                        f"{' '.join(str(err).splitlines()[1:3])}", calls)
     return Outcome("pass", calls=calls)
+
+
+def _eager(m: torch.nn.Module, xs: list[torch.Tensor], twin: torch.nn.Module | None
+           ) -> torch.Tensor:
+    """Eager's result, raising where eager refuses the call. On CUDA an index out of its axis is
+    a device-side assert that ends the process, not an error: the CPU ``twin`` tells it first."""
+    if twin is not None:
+        try:
+            twin(*[x.cpu() for x in xs])
+        except IndexError:
+            raise
+        except RuntimeError as err:
+            if "index" in str(err):
+                raise
+    return m(*xs)
 
 
 def _matches_another_oracle(m: torch.nn.Module, xs: list[torch.Tensor], got: torch.Tensor,

@@ -20,17 +20,21 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ERROR = re.compile(r"^========= (?!ERROR SUMMARY|COMPUTE-SANITIZER|Saved host|Host Frame)\S")
+ERROR = re.compile(r"^========= (?!ERROR SUMMARY|RACECHECK SUMMARY|COMPUTE-SANITIZER|Saved host|Host Frame)\S")
 OURS = re.compile(r"\bdlcb_k\d+\w*")
 AT = re.compile(r"^=========\s+at (?:0x[0-9a-f]+ in )?((?:void )?[A-Za-z_][\w:]*(?:<[^(]*>)?)",
                 re.MULTILINE)
-SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?$|RACECHECK SUMMARY: .*\((\d+) errors?",
+                     re.MULTILINE)   # not "... were not printed"
+API = re.compile(r"on CUDA API call to (\w+)")
 
 
 def parse(text: str) -> list[tuple[str, str]]:
     """(first line, kernel) per error block of one sanitizer log: a block starts at an unindented
-    ``=========`` line and runs over the indented ones after it; its kernel is the generated one
-    it names (``dlcb_k<N>...``), else the first ``at <function>``, else ''."""
+    ``=========`` line and runs over the indented ones after it; its kernel is ``api:<call>`` for
+    an error a CUDA API call returned (no kernel ran: the host frames may name a DLCB launch, as
+    when cuda.core probes a driver entry point), else the generated kernel it names
+    (``dlcb_k<N>...``), else the first ``at <function>``, else ''."""
     blocks: list[list[str]] = []
     for line in text.splitlines():
         if ERROR.match(line):
@@ -40,8 +44,9 @@ def parse(text: str) -> list[tuple[str, str]]:
     out = []
     for b in blocks:
         body = "\n".join(b)
-        ours, at = OURS.search(body), AT.search(body)
-        out.append((b[0][10:].strip(), ours.group(0) if ours else at.group(1) if at else ""))
+        api, ours, at = API.search(b[0]), OURS.search(body), AT.search(body)
+        out.append((b[0][10:].strip(), f"api:{api.group(1)}" if api else ours.group(0) if ours
+                    else at.group(1) if at else ""))
     return out
 
 
@@ -50,15 +55,18 @@ def generated(kernel: str) -> bool:
 
 
 def summarize(folder: Path) -> list[dict]:
-    """One row per log ``<tool>.log``: errors reported, those in generated kernels, the others."""
+    """One row per log ``<tool>.log``: errors reported, those in generated kernels, those a CUDA
+    API call returned, the others (library and torch kernels)."""
     rows = []
     for log in sorted(folder.glob("*.log")):
         text = log.read_text(errors="replace")
         errs = parse(text)
-        total = sum(int(n) for n in SUMMARY.findall(text))
-        gen = Counter(k for _, k in errs if generated(k))
-        rows.append({"log": log.stem, "errors": total, "generated": sum(gen.values()),
-                     "other": total - sum(gen.values()),
+        summary = SUMMARY.findall(text)   # none: the run was cut off; count what it printed
+        total = sum(int(a or b) for a, b in summary) if summary else len(errs)
+        gen = sum(generated(k) for _, k in errs)
+        api = sum(k.startswith("api:") for _, k in errs)
+        rows.append({"log": log.stem, "errors": total, "generated": gen, "api": api,
+                     "other": total - gen - api, "complete": bool(summary),
                      "kernels": dict(Counter(k or "?" for _, k in errs))})
     return rows
 
@@ -133,7 +141,9 @@ if __name__ == "__main__":
         rows = summarize(Path(sys.argv[2]))
         for r in rows:
             print(f"{r['log']:>12}: {r['errors']} errors, {r['generated']} in generated kernels, "
-                  f"{r['other']} elsewhere {r['kernels'] if r['errors'] else ''}")
+                  f"{r['api']} returned by API calls, {r['other']} elsewhere"
+                  f"{'' if r['complete'] else ' (cut off: no summary)'} "
+                  f"{r['kernels'] if r['errors'] else ''}")
         sys.exit(1 if any(r["generated"] for r in rows) else 0)
     else:
         sys.exit(__doc__)

@@ -83,8 +83,9 @@ def test_nonfinite_inputs_checked_against_float64_where_eager_disagrees():
 
 
 def test_sanitizer_logs_tell_generated_kernels_from_library_ones(tmp_path):
-    """``tests/sanitize.py summarize``: errors counted per log, those naming a ``dlcb_k`` kernel
-    apart from library and host-side ones."""
+    """``tests/sanitize.py summarize``: errors counted per log (the summary line, not the count
+    left unprinted), those naming a ``dlcb_k`` kernel apart from library ones and from errors an
+    API call returned (even where a host frame names a DLCB launch)."""
     import sanitize
 
     (tmp_path / "memcheck.log").write_text("""\
@@ -102,15 +103,28 @@ def test_sanitizer_logs_tell_generated_kernels_from_library_ones(tmp_path):
 =========
 ========= Program hit cudaErrorInvalidValue (error 1) due to "invalid argument" on CUDA API call to cudaMemcpyAsync.
 =========     Saved host backtrace up to driver entry point at error
+=========         Host Frame: call in <dlcb launch dlcb_k0_relu_v>:10
 =========
-========= ERROR SUMMARY: 3 errors
+========= Invalid __global__ read of size 4 bytes
+=========     at void at::native::reduce_kernel<512, 1>(T1)+0x10
+=========
+========= ERROR SUMMARY: 4 errors
+========= ERROR SUMMARY: 1 errors were not printed. Use --print-limit option to adjust the number
 """)
-    (tmp_path / "racecheck.log").write_text("========= COMPUTE-SANITIZER\n"
-                                            "========= ERROR SUMMARY: 0 errors\n")
+    (tmp_path / "racecheck.log").write_text(
+        "========= COMPUTE-SANITIZER\n"
+        "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    (tmp_path / "initcheck.log").write_text(   # cut off: no summary
+        "========= COMPUTE-SANITIZER\n========= Uninitialized __global__ memory read of size 16 "
+        "bytes\n=========     at dlcb_k3_relu_v+0x430\n")
     rows = {r["log"]: r for r in sanitize.summarize(tmp_path)}
     mem = rows["memcheck"]
-    assert (mem["errors"], mem["generated"], mem["other"]) == (3, 1, 2), mem
+    assert (mem["errors"], mem["generated"], mem["api"], mem["other"]) == (4, 1, 1, 2), mem
     assert mem["kernels"] == {"dlcb_k3_relu_v": 1,
                               "void at::native::vectorized_elementwise_kernel<4, "
-                              "at::native::AbsFunctor<float>>": 1, "?": 1}, mem["kernels"]
-    assert rows["racecheck"]["errors"] == 0
+                              "at::native::AbsFunctor<float>>": 1,
+                              "void at::native::reduce_kernel<512, 1>": 1,
+                              "api:cudaMemcpyAsync": 1}, mem["kernels"]
+    assert rows["racecheck"]["errors"] == 0 and rows["racecheck"]["complete"]
+    ini = rows["initcheck"]
+    assert (ini["errors"], ini["generated"], ini["complete"]) == (1, 1, False), ini
