@@ -142,8 +142,8 @@ def _ops() -> dict[str, Op]:
     ops["cast"] = Op(1, every, lambda r, s: {"to": r.choice(["float32", "float64"])},
                      lambda v, p, c: v[0].to(DTYPES[p["to"]]).to(v[0].dtype))
     # library ops, with constant operands drawn by Program
-    ops["linear"] = Op(1, lambda s: s[0][-1] >= 1, lambda r, s: {"out": r.randint(1, 6),
-                                                                 "bias": r.random() < 0.7},
+    ops["linear"] = Op(1, lambda s: len(s[0]) >= 1 and s[0][-1] >= 1,
+                       lambda r, s: {"out": r.randint(1, 6), "bias": r.random() < 0.7},
                        lambda v, p, c: F.linear(v[0], c[p["w"]], c[p["b"]] if p["bias"] else None))
     ops["matmul"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"out": r.randint(1, 5)},
                        lambda v, p, c: v[0] @ c[p["w"]])

@@ -184,6 +184,8 @@ def _reverse_roll(g: "Graph", node: "Node", coords: Coords, **_) -> list[Coords]
     dims = g.dims(x)
     out = list(coords)
     for s, a in zip(node.attrs["shifts"], node.attrs["dims"]):
+        if dims[a].is_lit(0):   # no element to read: a modulus of 0 has no meaning
+            continue
         out[a] = (coords[a] + dims[a] - s % dims[a]) % dims[a]
     return [out]
 
