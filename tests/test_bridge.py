@@ -376,3 +376,30 @@ class StridedWrite(torch.nn.Module):
 def test_writes_through_views_refused_where_unsound(m, what):
     with pytest.raises(dl.UnsupportedOp, match=what):
         dl.compile(m, (torch.randn(3, 4),), dynamic={0: {0: "N"}}, backend="cpu", fallback=False)
+
+
+def test_ceil_and_floor_of_a_ratio_of_sizes():
+    """``math.ceil(H / p) * p`` (MobileViT pads to a multiple of its patch) and ``math.floor``:
+    export's SymFloat ``H / p`` stays an exact ratio until rounded, then is a size again; one
+    compile serves every H, W. A ratio used as a float is refused by name."""
+    import math
+
+    class PadCrop(torch.nn.Module):
+        def forward(self, x):
+            h, w = x.shape[-2:]
+            x = torch.nn.functional.pad(x, (0, 0, 0, math.ceil(h / 4) * 4 - h))
+            return x[..., :math.floor(w / 3) * 3] * 2
+
+    m = PadCrop()
+    cm = dl.compile(m, (torch.randn(2, 9, 10),), dynamic={0: {1: "H", 2: "W"}}, backend="cpu")
+    for h, w in ((9, 10), (8, 3), (13, 17), (1, 5)):
+        x = torch.randn(2, h, w)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cm.stats()["compiles"] == 1
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * (x.shape[-1] / 2)
+
+    with pytest.raises(dl.UnsupportedOp, match="ratio of sizes"):
+        dl.compile(Scale(), (torch.randn(2, 6),), dynamic={0: {1: "W"}}, backend="cpu")

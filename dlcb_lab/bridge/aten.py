@@ -190,6 +190,24 @@ _SIZE_FNS = {"sym_size", "sym_numel"}
 _NEW_FACTORIES = {"new_zeros", "new_ones", "new_full", "new_empty"}
 _SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
                operator.neg, torch.sym_max, torch.sym_min}
+_SIZE_ROUND = {math.ceil: lambda r: -((-r.num) // r.den), math.floor: lambda r: r.num // r.den}
+"""``ceil``/``floor`` of a size ratio (``SizeRatio``): a size again, by floor division."""
+
+
+class SizeRatio:
+    """``a / b`` of sizes (``operator.truediv``, a SymFloat in export's graph), kept exact until
+    ``math.ceil`` or ``math.floor`` makes it a size again (``ceil(H / p) * p``: MobileViT pads
+    each side to a multiple of its patch); any other use is refused by name."""
+
+    __slots__ = ("num", "den")
+
+    def __init__(self, num, den):
+        self.num, self.den = num, den
+
+    def __repr__(self) -> str:
+        return f"({self.num}) / ({self.den})"
+
+
 _SIZE_CMP = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
              operator.gt: ">", operator.ge: ">="}
 _SIZE_LOGIC = {operator.or_: DimPredicate.either, operator.and_: DimPredicate.both,
@@ -236,7 +254,7 @@ def supported(n: fx.Node) -> bool:
     if n.op != "call_function":
         return True
     if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP or \
-            n.target in _SIZE_LOGIC:
+            n.target in _SIZE_LOGIC or n.target in _SIZE_ROUND or n.target is operator.truediv:
         return True
     name = _packet(n)
     return name in _NO_OPS or name in _SIZE_FNS or name == "_assert_scalar" or \
@@ -417,6 +435,10 @@ def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value
             if isinstance(v, Value):
                 operands.append(v)
                 return Operand(len(operands) - 1)
+            if isinstance(v, SizeRatio):
+                raise UnsupportedOp(f"{describe(n)}: argument '{a.name}' is the ratio of sizes "
+                                    f"{v}, a float no eager op can take from the host program "
+                                    f"(a ratio lowers only under math.ceil or math.floor)")
             return v
         if isinstance(a, (tuple, list)):
             return type(a)(template(x) for x in a)
@@ -479,6 +501,17 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     t, name = n.target, _packet(n)
     if t is operator.getitem:
         env[n] = args[0][args[1]]
+        return
+    if any(isinstance(a, SizeRatio) for a in args) and t not in _SIZE_ROUND:
+        raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
+                            f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil "
+                            f"or math.floor)")
+    if t is operator.truediv and not any(isinstance(a, Value) for a in args):
+        env[n] = args[0] / args[1] if all(isinstance(a, (int, float)) for a in args) else \
+            SizeRatio(*args)
+        return
+    if t in _SIZE_ROUND:
+        env[n] = _SIZE_ROUND[t](args[0]) if isinstance(args[0], SizeRatio) else t(args[0])
         return
     if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
         env[n] = t(*args)   # size arithmetic on dimension expressions
