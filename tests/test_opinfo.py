@@ -51,7 +51,7 @@ OPS = ["nn.functional.relu", "neg", "abs", "exp", "sigmoid", "tanh", "add", "sub
        "nn.functional.conv1d", "masked_fill", "addcmul", "addcdiv", "reshape_as", "view_as",
        "nn.functional.interpolate", "full_like", "zeros_like", "ones_like", "new_zeros",
        "new_ones", "new_full", "fill", "linalg.vector_norm", "norm", "baddbmm", "amin", "diff",
-       "repeat"]
+       "repeat", "nn.functional.leaky_relu"]
 FAST = (torch.float32,)
 FAST_SAMPLES = 16
 """Samples per op in the regular run (max_pool2d alone has 1440)."""

@@ -191,6 +191,16 @@ def _unary(op: str) -> Callable:
     return lowering
 
 
+def _l_leaky_relu(cx, input, negative_slope=0.01):
+    """``where(x > 0, x, x * slope)``: one product rounded, as eager's kernel rounds its one
+    (floats only, as torch)."""
+    x = tensor_arg(input)
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"leaky_relu of {x.dtype} (torch takes floating inputs only)")
+    return cx.apply("where", cx.apply("gt", x, 0), x,
+                    cx.apply("mul", x, _number(negative_slope, "negative_slope")))
+
+
 def _rounding(op: str) -> Callable:
     def lowering(cx, input):
         x = tensor_arg(input)
@@ -847,7 +857,7 @@ def _l_upsample_bilinear2d(cx, input, output_size, align_corners, scale_factors=
 ATEN: dict[str, Callable] = {
     "pow": _l_pow, "float_power": _l_float_pow,
     **{op: _unary(op) for op in ("sin", "cos", "log1p", "expm1", "sign")},
-    "floor": _rounding("floor"), "ceil": _rounding("ceil"),
+    "floor": _rounding("floor"), "ceil": _rounding("ceil"), "leaky_relu": _l_leaky_relu,
     "round": _l_round, "masked_fill": _l_masked_fill,
     "bitwise_xor": _l_xor, "__xor__": _l_xor, "logical_xor": _l_logical_xor,
     "addcmul": _l_addcmul, "addcdiv": _l_addcdiv,
