@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from ..dims import Lit, lit
+from ..dims import Expr, Lit, as_expr, lit
 from ..errors import DLError, DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Graph, Value
 from ..ir.ops.eager import Operand
@@ -188,10 +188,16 @@ _NO_OPS = {"_assert_tensor_metadata", "sym_constrain_range_for_size", "sym_const
 
 _SIZE_FNS = {"sym_size", "sym_numel"}
 _NEW_FACTORIES = {"new_zeros", "new_ones", "new_full", "new_empty"}
+_SIZE_EXTREMA = {torch.sym_max, torch.sym_min}
 _SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
-               operator.neg, torch.sym_max, torch.sym_min}
+               operator.neg, *_SIZE_EXTREMA}
 _SIZE_ROUND = {math.ceil: lambda r: -((-r.num) // r.den), math.floor: lambda r: r.num // r.den}
 """``ceil``/``floor`` of a size ratio (``SizeRatio``): a size again, by floor division."""
+
+
+STORAGE_OFFSET = object()
+"""``sym_storage_offset`` of a tensor: functional IR values have no storage offset; export's
+runtime assertion that it is non-negative holds."""
 
 
 class SizeRatio:
@@ -257,7 +263,8 @@ def supported(n: fx.Node) -> bool:
             n.target in _SIZE_LOGIC or n.target in _SIZE_ROUND or n.target is operator.truediv:
         return True
     name = _packet(n)
-    return name in _NO_OPS or name in _SIZE_FNS or name == "_assert_scalar" or \
+    return name in _NO_OPS or name in _SIZE_FNS or name in ("_assert_scalar",
+                                                             "sym_storage_offset") or \
         lowering(n) is not None
 
 
@@ -321,6 +328,8 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
         if s.kind is InputKind.USER_INPUT:
             ex = cap.examples[user]
             env[n] = g.input(cap.names[user], input_dims(ex, cap.spec.get(user, {})), ex.dtype)
+            g.examples.update((d.name, int(size)) for d, size in zip(g.dims(env[n]), ex.shape)
+                              if not isinstance(d, Lit))
             for s_, d in zip(n.meta["val"].shape, g.dims(env[n])):
                 if is_symbolic(s_) and s_.node.expr.is_Symbol:
                     symbols.setdefault(s_.node.expr, d)
@@ -513,9 +522,21 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if t in _SIZE_ROUND:
         env[n] = _SIZE_ROUND[t](args[0]) if isinstance(args[0], SizeRatio) else t(args[0])
         return
+    if t in _SIZE_EXTREMA and any(isinstance(a, Expr) for a in args):
+        env[n] = _size_extremum(g, n, args)
+        return
     if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
         env[n] = t(*args)   # size arithmetic on dimension expressions
         return
+    if name == "sym_storage_offset":   # read by export's deferred asserts (offset >= 0) only
+        env[n] = STORAGE_OFFSET
+        return
+    if STORAGE_OFFSET in args:
+        if t is operator.ge and args == (STORAGE_OFFSET, 0):
+            env[n] = True   # a functional tensor's offset: non-negative
+            return
+        raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a storage offset (DLCB "
+                            f"tensors have none; only export's 'offset >= 0' check lowers)")
     if t in _SIZE_CMP and not any(isinstance(a, Value) for a in args):
         env[n] = DimPredicate.of(_SIZE_CMP[t], *args)
         return
@@ -549,6 +570,25 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if inplace:
         out = _functionalize(g, n, env, args[0], out)
     env[n] = out
+
+
+def _size_extremum(g: Graph, n: fx.Node, args: tuple) -> Any:
+    """``sym_min``/``sym_max`` of sizes, one of them symbolic (GPT-Neo's local attention window:
+    ``min(window, seq)``): the operand the example takes, its order against the other checked on
+    the host before any launch, as a branch the trace took is (dims have no min/max)."""
+    hints = [a if isinstance(a, int) else getattr(getattr(a, "meta", {}).get("val"), "node", None)
+             for a in n.args]
+    hints = [h if isinstance(h, int) else getattr(h, "hint", None) for h in hints]
+    if len(args) != 2 or any(not isinstance(h, int) for h in hints):
+        raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of sizes "
+                            f"{_show(args, {})} without example values")
+    low = n.target is torch.sym_min
+    k = 0 if (hints[0] <= hints[1]) == low else 1
+    keep, other = as_expr(args[k]), as_expr(args[1 - k])
+    g.require(other - keep if low else keep - other, n.name,
+              f"{'min' if low else 'max'}({args[0]}, {args[1]}) is {keep} as traced "
+              f"(torch.{n.target.__name__}: {keep} {'<=' if low else '>='} {other})", where(n))
+    return keep
 
 
 def call_lowering(cx: Cx, name: str, fn: Callable, args: tuple, kwargs: dict):

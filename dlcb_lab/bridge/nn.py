@@ -312,8 +312,8 @@ _HUGE = 1 << 62
 
 
 def slice_axis(cx: Cx, x: Value, axis: int, start: Any, stop: Any, step: Any) -> Value:
-    """``x[..., start:stop:step, ...]`` on ``axis`` with torch's rules; on a symbolic axis, bounds
-    are not clamped: the axis must hold them (a host check)."""
+    """``x[..., start:stop:step, ...]`` on ``axis`` with torch's rules; on a symbolic axis, each
+    bound is taken as its example value falls (``_piece``), the rest host-checked."""
     d = cx.g.dims(x)[axis]
     step = 1 if step is None else step
     if not isinstance(step, int) or step < 1:
@@ -326,8 +326,7 @@ def slice_axis(cx: Cx, x: Value, axis: int, start: Any, stop: Any, step: Any) ->
         def bound(b, default):
             if b is None or (isinstance(b, int) and b >= _HUGE):
                 return default
-            b = dim_arg(b, "slice bound")
-            return d + b if isinstance(b, Lit) and b.value < 0 else b
+            return _piece(cx, dim_arg(b, "slice bound"), d, axis)
         s_e, e_e = bound(start, lit(0)), bound(stop, d)
         cx.g.require(s_e, "slice", f"slice start {s_e!r} within axis {axis} (extent {d!r})",
                      cx.where)
@@ -337,6 +336,29 @@ def slice_axis(cx: Cx, x: Value, axis: int, start: Any, stop: Any, step: Any) ->
     if s_e is lit(0) and n_e is d and step == 1:
         return x
     return cx.apply("slice", x, dim=axis, start=s_e, length=n_e, step=step)
+
+
+def _piece(cx: Cx, b: Expr, d: Expr, axis: int) -> Expr:
+    """A slice bound ``b`` on a symbolic axis of extent ``d`` as torch takes it: a negative one
+    counts from the end, then the bound is clamped to ``[0, d]`` (Mistral's sliding-window cache
+    keeps ``[-4095:]`` of L positions: all of them while L <= 4095). Dims have no min or max:
+    the piece the example inputs fall in is compiled, and the host checks before any launch that
+    a call falls in it too."""
+    try:
+        v, n = b.evaluate(cx.g.examples), d.evaluate(cx.g.examples)
+    except KeyError:   # a dim without an example value: the bound must lie in the axis
+        return d + b if isinstance(b, Lit) and b.value < 0 else b
+    what = f"slice bound {b!r} on axis {axis} (extent {d!r})"
+    if 0 <= v <= n:
+        return b
+    if v > n:
+        cx.g.require(b - d, "slice", f"{what}: past the end as traced, clamped", cx.where)
+        return d
+    cx.g.require(-b - 1, "slice", f"{what}: negative as traced, counts from the end", cx.where)
+    if v + n >= 0:
+        return d + b
+    cx.g.require(-(d + b), "slice", f"{what}: before the start as traced, clamped", cx.where)
+    return lit(0)
 
 
 def _l_getitem(cx, input, idx):

@@ -70,6 +70,9 @@ class Graph(Rich):
     materialize: set[int] = field(default_factory=set)
     layouts: dict[str, Any] = field(default_factory=dict)   # set by passes.assign_layouts
     partition: Any = None                                   # set by passes.partition
+    examples: dict[str, int] = field(default_factory=dict)
+    """Dim name -> its size in the compile's example inputs (the bridge: which piece of a
+    piecewise size rule, a negative slice bound say, the compile takes)."""
     n_fresh: int = 0
     n_values: int = 0
 
