@@ -403,3 +403,104 @@ def test_ceil_and_floor_of_a_ratio_of_sizes():
 
     with pytest.raises(dl.UnsupportedOp, match="ratio of sizes"):
         dl.compile(Scale(), (torch.randn(2, 6),), dynamic={0: {1: "W"}}, backend="cpu")
+
+
+def test_min_of_sizes_takes_the_traced_side_and_checks_it():
+    """``torch.sym_min(L, 8)`` (GPT-Neo's local attention window): dims have no min, so the
+    compile takes the side the example took (8) and the host checks ``8 <= L`` before any
+    launch; a shorter L is refused by name, never answered with the wrong slice."""
+    class Window(torch.nn.Module):
+        def forward(self, x):
+            return x[:, :torch.sym_min(x.size(1), 8)] * 2
+
+    m = Window()
+    cm = dl.compile(m, (torch.randn(2, 12),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    for n, L in ((3, 12), (1, 8), (2, 30)):
+        x = torch.randn(n, L)
+        torch.testing.assert_close(cm(x), m(x))
+    with pytest.raises(dl.ShapeMismatch, match=r"min\(L, 8\) is 8 as traced"):
+        cm(torch.randn(3, 5))
+
+
+HF = {   # model_type -> config beyond the common tiny one (random weights, nothing downloaded)
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], num_layers=2, window_size=8),
+    "t5": dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
+    "roberta": {}, "distilbert": dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64),
+    "albert": dict(embedding_size=16), "electra": dict(embedding_size=32), "deberta-v2": {},
+    "mpnet": {}, "bart": {}, "opt": dict(ffn_dim=64, word_embed_proj_dim=32), "bloom": {},
+    "falcon": dict(num_kv_heads=4), "mistral": dict(num_key_value_heads=2),
+    "qwen2": dict(num_key_value_heads=2), "qwen3": dict(num_key_value_heads=2, head_dim=8),
+    "gemma": dict(num_key_value_heads=2, head_dim=8), "phi": {}, "phi3": dict(pad_token_id=0),
+    "gpt_neox": {}, "mobilebert": {}, "squeezebert": dict(embedding_size=32,
+                                                           intermediate_size=32),
+    "convbert": {}, "nystromformer": {}, "megatron-bert": {}, "olmo": {},
+    "stablelm": dict(num_key_value_heads=4), "starcoder2": {}, "granite": {}, "cohere": {},
+    "modernbert": dict(pad_token_id=0, bos_token_id=0, eos_token_id=0, cls_token_id=0,
+                       sep_token_id=0),
+}
+"""Architectures compiled by the sweep below (``gpt_neo`` and ``t5`` in ``make test``)."""
+
+
+def _hf(model_type: str) -> torch.nn.Module:
+    """The architecture's base model (the encoder of an encoder-decoder) with SDPA attention where
+    it has it, else its own."""
+    kw = {**dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=128), **HF[model_type]}
+    make = lambda: transformers.AutoConfig.for_model(model_type, **kw)   # noqa: E731
+    if model_type == "t5":
+        return transformers.T5EncoderModel(make())
+    try:
+        m = transformers.AutoModel.from_config(make(), attn_implementation="sdpa")
+    except ValueError:   # no SDPA path in this architecture
+        m = transformers.AutoModel.from_config(make(), attn_implementation="eager")
+    return m.get_encoder() if model_type == "bart" else m
+
+
+@pytest.mark.parametrize("model_type", [
+    pytest.param(t, marks=() if t in ("gpt_neo", "t5") else pytest.mark.slow) for t in HF])
+def test_transformers_architecture_one_compile(model_type):
+    torch.manual_seed(0)
+    m = Hidden(_hf(model_type).eval())
+    ids = torch.randint(0, 100, (2, 16))
+    cm = dl.compile(m, (ids, torch.ones_like(ids)), dynamic="auto", backend="cpu")
+    for b, s in ((1, 8), (3, 32), (2, 24)):
+        ids = torch.randint(0, 100, (b, s))
+        mask = torch.ones_like(ids)
+        mask[0, -3:] = 0
+        with torch.no_grad():
+            want = m(ids, mask)
+        torch.testing.assert_close(cm(ids, mask), want, rtol=1e-4, atol=1e-5)
+    assert cm.stats()["compiles"] == 1
+
+
+def test_slice_bounds_on_a_symbolic_axis_clamp_as_the_example_falls():
+    """torch clamps a slice bound to its axis (``[-6:]`` of 4 elements is all 4; ``[:9]`` of 4 is
+    all 4): on a symbolic axis the compile takes the piece its example falls in (Mistral's
+    sliding-window cache ``[-4095:]``: all of it while L <= 4095) and the host checks a call
+    falls in it too; ``[L - 10:]`` with L >= 10 at the example counts from the start."""
+    class Ends(torch.nn.Module):
+        def forward(self, x):
+            return x[:, -6:] * 2 + x[:, :9].sum(1, keepdim=True)
+
+    class Tail(torch.nn.Module):
+        def forward(self, x):
+            return x[:, x.size(1) - 10:] * 2
+
+    m = Ends()
+    cm = dl.compile(m, (torch.randn(2, 4),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    for n, L in ((3, 4), (1, 1), (2, 6), (2, 5)):
+        x = torch.randn(n, L)
+        torch.testing.assert_close(cm(x), m(x))
+    with pytest.raises(dl.ShapeMismatch, match=r"slice bound -6 .*before the start as traced"):
+        cm(torch.randn(3, 7))
+    m = Tail()
+    cm = dl.compile(m, (torch.randn(2, 17),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    for L in (17, 10, 30):
+        x = torch.randn(3, L)
+        torch.testing.assert_close(cm(x), m(x))
+    with pytest.raises(dl.ShapeMismatch, match=r"needs L - 10 >= 0"):
+        cm(torch.randn(3, 8))
+    cm = dl.compile(m, (torch.randn(2, 4),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    for L in (4, 1, 5):   # L - 10 + L < 0: clamped to 0, the whole axis
+        x = torch.randn(3, L)
+        torch.testing.assert_close(cm(x), m(x))
