@@ -576,14 +576,13 @@ def _size_extremum(g: Graph, n: fx.Node, args: tuple) -> Any:
     """``sym_min``/``sym_max`` of sizes, one of them symbolic (GPT-Neo's local attention window:
     ``min(window, seq)``): the operand the example takes, its order against the other checked on
     the host before any launch, as a branch the trace took is (dims have no min/max)."""
-    hints = [a if isinstance(a, int) else getattr(getattr(a, "meta", {}).get("val"), "node", None)
-             for a in n.args]
-    hints = [h if isinstance(h, int) else getattr(h, "hint", None) for h in hints]
-    if len(args) != 2 or any(not isinstance(h, int) for h in hints):
+    try:
+        a, b = (as_expr(x).evaluate(g.examples) for x in args)   # the example's sizes
+    except (KeyError, ValueError):
         raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of sizes "
-                            f"{_show(args, {})} without example values")
+                            f"{_show(args, {})} without example values") from None
     low = n.target is torch.sym_min
-    k = 0 if (hints[0] <= hints[1]) == low else 1
+    k = 0 if (a <= b) == low else 1
     keep, other = as_expr(args[k]), as_expr(args[1 - k])
     g.require(other - keep if low else keep - other, n.name,
               f"{'min' if low else 'max'}({args[0]}, {args[1]}) is {keep} as traced "
