@@ -504,3 +504,92 @@ def test_slice_bounds_on_a_symbolic_axis_clamp_as_the_example_falls():
     for L in (4, 1, 5):   # L - 10 + L < 0: clamped to 0, the whole axis
         x = torch.randn(3, L)
         torch.testing.assert_close(cm(x), m(x))
+
+
+def test_max_over_a_dim_gives_its_values_and_refuses_its_indices():
+    """``x.max(1)[0]`` (VOLO pools its tokens so) is an amax, NaN included, bit for bit; a use of
+    the indices is refused by name at compile time, under fallback too."""
+    class Values(torch.nn.Module):
+        def forward(self, x):
+            return x.max(1)[0] + x.min(1, keepdim=True).values.squeeze(1)
+
+    class Indices(torch.nn.Module):
+        def forward(self, x):
+            return x.max(1)[1].float()
+
+    for dtype in (torch.float32, torch.float16):
+        x = torch.randn(3, 5, 7).to(dtype)
+        x[0, 2, 3] = float("nan")
+        cm = dl.compile(Values(), (x,), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+        for shape in ((3, 5, 7), (4, 1, 7), (2, 9, 7)):
+            y = torch.randn(shape).to(dtype)
+            y.view(-1)[0] = float("nan")
+            torch.testing.assert_close(cm(y), Values()(y), equal_nan=True, rtol=0, atol=0)
+    with pytest.raises(dl.UnsupportedOp, match=r"indices of max\(dim=1\)"):
+        dl.compile(Indices(), (torch.randn(3, 5),), dynamic={0: {0: "N"}}, backend="cpu")
+
+
+_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            image_size=32, patch_size=8)
+_CONV = dict(conv_dim=[8, 8], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16,
+             num_conv_pos_embedding_groups=2, hidden_size=32, num_hidden_layers=2,
+             num_attention_heads=4, intermediate_size=64)
+HF_PIXELS = {   # model_type -> (config, input: "pixels" at image_size, or "audio" samples)
+    "vit": _VIT, "deit": _VIT, "beit": _VIT, "data2vec-vision": _VIT,
+    "yolos": dict(_VIT, num_detection_tokens=4, image_size=[32, 32]),
+    "clip_vision_model": _VIT, "siglip_vision_model": _VIT,
+    "dpt": dict(_VIT, backbone_out_indices=[0, 1], neck_hidden_sizes=[8, 16],
+                reassemble_factors=[4, 2], fusion_hidden_size=16, head_hidden_size=8),
+    "swin": dict(embed_dim=16, depths=[1, 1], num_heads=[2, 2], image_size=32, patch_size=4,
+                 window_size=2),
+    "swinv2": dict(embed_dim=16, depths=[1, 1], num_heads=[2, 2], image_size=32, patch_size=4,
+                   window_size=2),
+    "convnext": dict(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2),
+    "convnextv2": dict(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2),
+    "resnet": dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
+    "regnet": dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8),
+    "poolformer": dict(hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2,
+                       patch_sizes=[7, 3], strides=[4, 2], padding=[2, 1]),
+    "segformer": dict(hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2,
+                      num_attention_heads=[1, 2], sr_ratios=[2, 1], patch_sizes=[7, 3],
+                      strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=16),
+    "mobilevit": dict(image_size=64, hidden_sizes=[16, 24, 32],
+                      neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 48]),
+    "levit": dict(image_size=64), "mobilenet_v2": dict(image_size=64, depth_multiplier=0.25),
+    "wav2vec2": _CONV, "hubert": _CONV,
+}
+"""Vision and audio architectures: one compile serves every batch (and audio length)."""
+
+
+class Encoded(torch.nn.Module):
+    def __init__(self, m, key):
+        super().__init__()
+        self.m, self.key = m, key
+
+    def forward(self, x):
+        return self.m(**{self.key: x}).last_hidden_state
+
+
+@pytest.mark.parametrize("model_type", [
+    pytest.param(t, marks=() if t in ("vit", "wav2vec2") else pytest.mark.slow)
+    for t in HF_PIXELS])
+def test_transformers_vision_and_audio_one_compile(model_type):
+    torch.manual_seed(0)
+    make = lambda: transformers.AutoConfig.for_model(model_type, **HF_PIXELS[model_type])  # noqa: E731
+    try:
+        m = transformers.AutoModel.from_config(make(), attn_implementation="sdpa")
+    except ValueError:   # no SDPA path in this architecture
+        m = transformers.AutoModel.from_config(make(), attn_implementation="eager")
+    audio = model_type in ("wav2vec2", "hubert")
+    m = Encoded(m.eval(), "input_values" if audio else "pixel_values")
+    r = HF_PIXELS[model_type].get("image_size", 32)
+    r = r[0] if isinstance(r, list) else r
+    make_x = (lambda b, s: torch.randn(b, s)) if audio else \
+        (lambda b, s: torch.randn(b, 3, r, r))   # noqa: E731
+    cm = dl.compile(m, (make_x(2, 400),), dynamic="auto", backend="cpu")
+    for b, s in ((3, 640), (1, 330), (2, 400)):
+        x = make_x(b, s)
+        with torch.no_grad():
+            want = m(x)
+        torch.testing.assert_close(cm(x), want, rtol=1e-4, atol=1e-5)
+    assert cm.stats()["compiles"] == 1 + cm.stats()["variants"] <= 2

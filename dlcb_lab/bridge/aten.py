@@ -31,7 +31,7 @@ from . import indexing
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
 from .capture import Captured, input_dims, is_symbolic, user_frame
-from .common import Cx, DimPredicate, tensor_arg, wrap_axis
+from .common import Cx, DimPredicate, Unavailable, tensor_arg, wrap_axis
 
 _L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS, **indexing.LOWERINGS}
 
@@ -444,6 +444,9 @@ def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value
             if isinstance(v, Value):
                 operands.append(v)
                 return Operand(len(operands) - 1)
+            if isinstance(v, Unavailable):
+                raise UnsupportedOp(f"{describe(n)}: argument '{a.name}' is {v.what}, which DLCB "
+                                    f"does not compute")
             if isinstance(v, SizeRatio):
                 raise UnsupportedOp(f"{describe(n)}: argument '{a.name}' is the ratio of sizes "
                                     f"{v}, a float no eager op can take from the host program "
@@ -498,6 +501,15 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
         return env[a]
 
     args, kwargs = fx.node.map_arg((n.args, n.kwargs), value)
+    if n.target is operator.getitem:   # a tuple's item, computed or not (``Unavailable``)
+        env[n] = args[0][args[1]]
+        return
+    used = [a for a in (*args, *kwargs.values()) for a in (a if isinstance(a, (list, tuple))
+                                                            else (a,))
+            if isinstance(a, Unavailable)]
+    if used and _packet(n) not in _NO_OPS:   # export's metadata checks compute nothing
+        raise UnsupportedOp(f"'{n.name}' at {where(n)}: uses {used[0].what}, which DLCB does not "
+                            f"compute")
     if n.op == "output":
         outs = list(args[0])
         if not all(isinstance(o, Value) for o in outs):
@@ -508,9 +520,6 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if n.op != "call_function":
         raise UnsupportedOp(f"{n.op} node {n.target!r}")
     t, name = n.target, _packet(n)
-    if t is operator.getitem:
-        env[n] = args[0][args[1]]
-        return
     if any(isinstance(a, SizeRatio) for a in args) and t not in _SIZE_ROUND:
         raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
                             f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil "

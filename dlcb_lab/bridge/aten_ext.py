@@ -23,7 +23,7 @@ from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Value
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
-from .common import Cx, axes_arg, dim_arg, operand, tensor_arg, wrap_axis
+from .common import Cx, Unavailable, axes_arg, dim_arg, operand, tensor_arg, wrap_axis
 
 _L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS}
 
@@ -313,16 +313,17 @@ def _l_addcdiv(cx, input, tensor1, tensor2, *, value=1):
 
 def _extremum(op: str) -> Callable:
     """``max``/``min``: ``.other`` (two tensors) the elementwise maximum/minimum, ``.default`` the
-    reduction over every axis (min as ``-amax(-x)``: floats and bools); ``.dim`` (values and
-    indices) is refused."""
+    reduction over every axis (min as ``-amax(-x)``: floats and bools); ``.dim`` its values over
+    that axis (VOLO pools tokens by ``x.max(1)[0]``), its indices ``Unavailable``."""
     def lowering(cx, input, other=None, keepdim=False):
         x = tensor_arg(input)
         if isinstance(other, Value):
             return cx.apply("maximum" if op == "max" else "minimum", x, other)
-        if other is not None:
-            raise UnsupportedOp(f"{op}(dim={other!r}) returns indices; use a{op} for the "
-                                f"values alone")
-        return _amin_amax(cx, op, x, tuple(range(x.rank)), False)
+        if other is None:
+            return _amin_amax(cx, op, x, tuple(range(x.rank)), False)
+        a = wrap_axis(other, x.rank)
+        values = _amin_amax(cx, op, x, (a,), bool(keepdim)) if x.rank else x
+        return values, Unavailable(f"the indices of {op}(dim={other!r}) (arg{op} is not lowered)")
     return lowering
 
 

@@ -130,6 +130,17 @@ def shape_arg(shape: tuple, kwargs: dict, key: str) -> tuple:
 
 
 
+class Unavailable:
+    """A result a lowering does not compute (the indices of ``max(x, dim)``, whose values it
+    does): the bridge refuses any node that uses it, by name."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<{self.what}: not computed>"
+
+
 class DimPredicate:
     """A comparison of sizes (``h == 224``) traced by fx, for ``torch._assert``."""
 
