@@ -593,3 +593,29 @@ def test_transformers_vision_and_audio_one_compile(model_type):
             want = m(x)
         torch.testing.assert_close(cm(x), want, rtol=1e-4, atol=1e-5)
     assert cm.stats()["compiles"] == 1 + cm.stats()["variants"] <= 2
+
+
+def test_autocast_off_region_lowers_in_place():
+    """``with torch.autocast(..., enabled=False)`` (timm's EfficientViT computes its attention
+    so) is a region export wraps in ``wrap_with_autocast``: lowered in place, one compile; an
+    autocast region that is on is refused by name."""
+    class Off(torch.nn.Module):
+        def forward(self, x):
+            y = x.relu()
+            with torch.autocast("cpu", enabled=False):
+                z = (y * 2).softmax(-1)
+            return z + 1
+
+    class On(torch.nn.Module):
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return torch.nn.functional.linear(x, x)
+
+    m = Off()
+    cm = dl.compile(m, (torch.randn(2, 6),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu",
+                    fallback=False)
+    for shape in ((2, 6), (5, 3), (1, 9)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(cm(x), m(x))
+    with pytest.raises(dl.UnsupportedOp, match="autocast region on cpu"):
+        dl.compile(On(), (torch.randn(4, 4),), backend="cpu")

@@ -260,7 +260,8 @@ def supported(n: fx.Node) -> bool:
     if n.op != "call_function":
         return True
     if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP or \
-            n.target in _SIZE_LOGIC or n.target in _SIZE_ROUND or n.target is operator.truediv:
+            n.target in _SIZE_LOGIC or n.target in _SIZE_ROUND or n.target is operator.truediv \
+            or n.target is _autocast():
         return True
     name = _packet(n)
     return name in _NO_OPS or name in _SIZE_FNS or name in ("_assert_scalar",
@@ -359,6 +360,10 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
     _pin(g, cap, [p for p in cap.pins if p[2] <= 1])   # before: ops read a 0 or 1 as torch did
     for n in cap.graph.nodes:
         if n.op == "placeholder" or n in folded:
+            continue
+        if n.op == "get_attr" and isinstance(getattr(ep.graph_module, n.target, None),
+                                             fx.GraphModule):
+            env[n] = getattr(ep.graph_module, n.target)   # a region's graph (wrap_with_autocast)
             continue
         try:
             try:
@@ -520,6 +525,9 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if n.op != "call_function":
         raise UnsupportedOp(f"{n.op} node {n.target!r}")
     t, name = n.target, _packet(n)
+    if t is _autocast():
+        env[n] = _autocast_region(g, n, args, consts)
+        return
     if any(isinstance(a, SizeRatio) for a in args) and t not in _SIZE_ROUND:
         raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
                             f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil "
@@ -579,6 +587,29 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if inplace:
         out = _functionalize(g, n, env, args[0], out)
     env[n] = out
+
+
+def _autocast():
+    from torch._higher_order_ops.wrap import wrap_with_autocast
+
+    return wrap_with_autocast
+
+
+def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict) -> Any:
+    """``wrap_with_autocast`` (export's region for ``with torch.autocast(...)``) with autocast
+    off (EfficientViT computes its linear attention so): the region's own graph, lowered in
+    place on the operands; autocast on (ops cast to a lower precision) is refused by name."""
+    device, dtype, enabled, _, region, *operands = args
+    if enabled:
+        raise UnsupportedOp(f"'{n.name}' at {where(n)}: an autocast region on {device} in "
+                            f"{dtype} (regions with autocast off lower)")
+    env = dict(zip([m for m in region.graph.nodes if m.op == "placeholder"], operands))
+    for m in region.graph.nodes:
+        if m.op == "output":
+            return fx.node.map_arg(m.args[0], env.__getitem__)
+        if m.op != "placeholder":
+            _lower_node(g, m, env, consts)
+    raise UnsupportedOp(f"'{n.name}': an autocast region without an output")
 
 
 def _size_extremum(g: Graph, n: fx.Node, args: tuple) -> Any:
