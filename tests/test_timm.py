@@ -1,7 +1,7 @@
 """timm models (random weights from timm's own configs; nothing downloaded), each compiled once
 with ``dynamic="auto"`` on the CPU backend and checked against eager at three (batch, resolution)
 shapes without a recompile; their generated kernels compile to an sm_90 cubin with NVRTC. The
-families DLCB covers are a slow sweep (``SWEEP``: 52 models)."""
+families DLCB covers are a slow sweep (``SWEEP``: 85 models)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,15 @@ SWEEP = {
     "ese_vovnet19b_dw": 64, "selecsls42b": 64, "skresnet18": 64, "res2net50_14w_8s": 64,
     "resnest14d": 64, "gernet_s": 64, "lambda_resnet26t": 64, "eva02_tiny_patch14_224": 224,
     "deit3_small_patch16_224": 224, "nf_resnet26": 64, "maxvit_nano_rw_256": 256,
-    "beit_base_patch16_224": 224,
+    "beit_base_patch16_224": 224, "volo_d1_224": 224, "twins_svt_small": 224,
+    "efficientvit_b0": 64, "efficientvit_m0": 224, "nextvit_small": 64, "tresnet_m": 64,
+    "focalnet_tiny_srf": 64, "gcvit_xxtiny": 224, "tiny_vit_5m_224": 64, "pvt_v2_b0": 64,
+    "convit_tiny": 224, "visformer_tiny": 224, "regnetz_b16": 64, "nest_tiny": 224,
+    "inception_next_tiny": 64, "hiera_tiny_224": 224, "fastvit_sa12": 64,
+    "vit_small_patch14_dinov2": 518, "vit_base_patch16_siglip_224": 224, "mambaout_femto": 64,
+    "rdnet_tiny": 64, "starnet_s1": 64, "efficientnet_lite0": 64, "mixnet_s": 64,
+    "semnasnet_050": 64, "fbnetc_100": 64, "hardcorenas_a": 64, "spnasnet_100": 64,
+    "mnasnet_small": 64, "dpn48b": 64, "xception41": 64, "vgg11_bn": 64, "coat_tiny": 224,
 }
 """Model -> example resolution (the slow sweep)."""
 
