@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
+from torch._higher_order_ops.wrap import wrap_with_autocast
 
 from ..dims import Expr, Lit, as_expr, lit
 from ..errors import DLError, DTypeError, ShapeError, UnsupportedOp
@@ -261,7 +262,7 @@ def supported(n: fx.Node) -> bool:
         return True
     if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP or \
             n.target in _SIZE_LOGIC or n.target in _SIZE_ROUND or n.target is operator.truediv \
-            or n.target is _autocast():
+            or n.target is wrap_with_autocast:
         return True
     name = _packet(n)
     return name in _NO_OPS or name in _SIZE_FNS or name in ("_assert_scalar",
@@ -525,7 +526,7 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if n.op != "call_function":
         raise UnsupportedOp(f"{n.op} node {n.target!r}")
     t, name = n.target, _packet(n)
-    if t is _autocast():
+    if t is wrap_with_autocast:
         env[n] = _autocast_region(g, n, args, consts)
         return
     if any(isinstance(a, SizeRatio) for a in args) and t not in _SIZE_ROUND:
@@ -587,12 +588,6 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if inplace:
         out = _functionalize(g, n, env, args[0], out)
     env[n] = out
-
-
-def _autocast():
-    from torch._higher_order_ops.wrap import wrap_with_autocast
-
-    return wrap_with_autocast
 
 
 def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict) -> Any:
