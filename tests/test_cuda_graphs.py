@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import dlcb_lab as dl
+from dlcb_lab.runtime import graphs
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -205,6 +206,36 @@ def test_a_failed_capture_leaves_the_device_usable(net, monkeypatch):
     assert cm.stats()["graphs"]["replays"] >= 1, cm._thunk.graphs.refused
 
 
+def test_a_capture_that_cannot_begin_runs_plain_and_is_retried(net, monkeypatch):
+    """``capture_begin`` itself raising (the fault injected here) reaches no caller: the call
+    runs on plain launches, the signature is retried ``RETRIES`` times, then refused by name."""
+    m, cm = net
+    x = _x(5)
+    cm(x)   # warm-up
+
+    begin = torch.cuda.CUDAGraph.capture_begin
+
+    def refuse(self, *args, **kwargs):   # the capture of the call; not the empty reset capture
+        if kwargs.get("pool") is not None:
+            raise RuntimeError("injected: operation not permitted when stream is capturing")
+        return begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", refuse)
+    for _ in range(graphs.RETRIES + 2):
+        _check(m, cm, x)
+    key = (x.device.index, tuple(x.shape))
+    assert cm._thunk.graphs.spoiled[key] == graphs.RETRIES + 1
+    assert cm._thunk.graphs.refused[key].startswith(
+        f"capture spoiled {graphs.RETRIES + 1} times: RuntimeError: injected"), \
+        cm._thunk.graphs.refused
+    monkeypatch.undo()
+    torch.randn(8, device=DEV)   # the generator is not left capturing
+    y = _x(2)
+    for _ in range(3):
+        _check(m, cm, y)
+    assert cm.stats()["graphs"]["replays"] >= 1
+
+
 class Scale(torch.nn.Module):
     def forward(self, x):
         return x * 2 + 1
@@ -233,7 +264,8 @@ def test_threads_sharing_a_module_get_their_own_results(net):
     xs = [_x(2 + i % 2) for i in range(8)]
     with torch.no_grad():
         want = [m(x) for x in xs]
-    bad: list = []
+    torch.cuda.synchronize()   # inputs and references are made on the default stream; each
+    bad: list = []             # thread reads them from its own (under racecheck: one read early)
 
     def work(i):
         with torch.cuda.stream(torch.cuda.Stream()):

@@ -35,8 +35,8 @@ those shapes. Per thunk, a ``GraphCache``:
   does not go through a compiled module can still spoil a capture: that signature falls back.
 - **Fallback**: a capture that fails (an eager step that synchronizes or copies from host memory,
   say) leaves the signature on plain launches; ``refused`` maps the signature to the reason,
-  naming the step. A capture invalidated from outside (its steps all ran) is retried on later
-  calls, ``RETRIES`` times. Later captures use a fresh pool and stream.
+  naming the step. A capture that could not begin, or that was invalidated from outside (its
+  steps all ran), is spoiled: retried on later calls, ``RETRIES`` times. Later captures use a fresh pool and stream.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ LAUNCH_US = 4.0
 """Host time one plain launch costs and a replay saves (the H200 measured 5-20 us per step of a
 plain call; the low end, so replay is chosen only where it clearly pays)."""
 RETRIES = 3
-"""Captures of one signature that may end invalidated from outside before it stays plain."""
+"""Spoiled captures of one signature (not begun, or invalidated from outside) before it stays
+plain."""
 COPY_BYTES_PER_US = 3.0e6
 """Device copy rate for the cost model: 3 TB/s (the H200 copies at 3.8)."""
 
@@ -152,7 +153,7 @@ class GraphCache:
         self.plain: dict[tuple, str] = {}
         """Signatures the cost model keeps on plain launches, with the estimate (see ``_costs_more``)."""
         self.spoiled: dict[tuple, int] = {}
-        """Captures invalidated from outside (``_failed``), per signature."""
+        """Spoiled captures (``_failed``), per signature."""
         self.captures = self.replays = self.evictions = 0
         self._lock = threading.Lock()
         self._done = torch.cuda.Event()
@@ -249,15 +250,19 @@ class GraphCache:
         step_failed = False
         self._stream.wait_stream(torch.cuda.current_stream(dev))
         with GATE.exclusive(), torch.cuda.stream(self._stream):
-            graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
             try:
-                outs = self.thunk._run(static + list(tensors[n:]), r, checks=False, at=at)
-            except Exception as e:   # noqa: BLE001 - a step that cannot be captured, named
-                err, step_failed = e, True
-            try:
-                graph.capture_end()
-            except Exception as e:   # noqa: BLE001 - the capture was spoiled
-                err = err or e
+                graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+            except Exception as e:   # noqa: BLE001 - no capture began: retried later
+                err = e
+            else:
+                try:
+                    outs = self.thunk._run(static + list(tensors[n:]), r, checks=False, at=at)
+                except Exception as e:   # noqa: BLE001 - a step that cannot be captured, named
+                    err, step_failed = e, True
+                try:
+                    graph.capture_end()
+                except Exception as e:   # noqa: BLE001 - the capture was spoiled
+                    err = err or e
             if err is not None:
                 _reset_capture_state(self._stream)
         torch.cuda.current_stream(dev).wait_stream(self._stream)
@@ -273,9 +278,9 @@ class GraphCache:
 
     def _failed(self, key: tuple, err: Exception, at: list[int] | None) -> None:
         """A failed capture: a step that raised refuses the signature for good (``refused``
-        names it); a capture whose steps all ran but that ended invalidated (GPU work of the
-        process outside compiled modules, meanwhile) is retried on later calls, ``RETRIES``
-        times, before the signature is refused. Later captures use a fresh pool and stream."""
+        names it); a capture that could not begin, or whose steps all ran but that ended
+        invalidated (GPU work of the process outside compiled modules, meanwhile), is retried on
+        later calls, ``RETRIES`` times, before the signature is refused. Later captures use a fresh pool and stream."""
         self._pool = self._stream = None
         why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         if at is not None:
@@ -284,7 +289,7 @@ class GraphCache:
             return
         self.spoiled[key] = self.spoiled.get(key, 0) + 1
         if self.spoiled[key] > RETRIES:
-            self.refused[key] = f"capture invalidated {self.spoiled[key]} times: {why}"
+            self.refused[key] = f"capture spoiled {self.spoiled[key]} times: {why}"
 
     def __repr__(self) -> str:
         s = self.stats()
