@@ -154,6 +154,77 @@ def test_fuse_materializes_shared_residual_stream():
         _close(cm, m, torch.randn(n, L, 16))
 
 
+
+class Twice(nn.Module):
+    """The same subexpression written three times, and two that only look alike: ``where`` with
+    0.0 and with -0.0 (eager keeps the sign: 1 / -0.0 is -inf), ``x + 1`` and ``x + 1.5``."""
+
+    def forward(self, x, m):
+        a, b, c = (x * 2).exp(), (x * 2).exp(), (x * 2).exp().sum(-1, keepdim=True)
+        pos, neg = torch.where(m, 0.0, x), torch.where(m, -0.0, x)
+        return a + b + c, 1 / pos, 1 / neg, (x + 1) * (x + 1.5)
+
+
+def test_common_subexpressions_computed_once():
+    m = Twice()
+    x, mask = torch.randn(2, 6), torch.rand(2, 6) > 0.5
+    cm = dl.compile(m, (x, mask), dynamic={0: {0: "N", 1: "L"}, 1: {0: "N", 1: "L"}},
+                    backend="cpu")
+    rec = next(r for r in cm.pipeline.passes if r.name == "eliminate_common")
+    assert len(rec.changes) == 4, rec.changes   # two muls and two exps of the three
+    ops = [n.op.name for n in cm.pipeline.graph.nodes]
+    assert ops.count("exp") == 1 and ops.count("where") == 2 and ops.count("add") == 4, ops
+    for n, L in ((1, 1), (3, 5), (4, 0)):
+        x, mask = torch.randn(n, L), torch.rand(n, L) > 0.5
+        for got, want in zip(cm(x, mask), m(x, mask)):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+            assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+def test_eager_steps_are_not_merged():
+    """Two eager calls of a random op stay two draws."""
+
+    class Noise(nn.Module):
+        def forward(self, x):
+            return torch.rand_like(x) - torch.rand_like(x)
+
+    cm = dl.compile(Noise(), (torch.randn(64),), backend="cpu")
+    assert [n.op.name for n in cm.pipeline.graph.nodes].count("eager") == 2
+    assert cm(torch.randn(64)).abs().max() > 0
+
+
+class WrittenSoftmax(nn.Module):
+    def __init__(self, axis=-1, sum_axis=None):
+        super().__init__()
+        self.axis, self.sum_axis = axis, axis if sum_axis is None else sum_axis
+
+    def forward(self, x):
+        e = torch.exp(x - x.amax(self.axis, keepdim=True))
+        return e / e.sum(self.sum_axis, keepdim=True)
+
+
+def test_written_out_softmax_is_one_row_kernel():
+    m = WrittenSoftmax()
+    cm = dl.compile(m, (torch.randn(2, 3, 7),), dynamic={0: {0: "N", 2: "L"}}, backend="cpu")
+    steps = cm.pipeline.partition.steps
+    assert [s.ops for s in steps] == [("softmax",)], steps
+    for n, L in ((1, 1), (3, 5), (2, 33)):
+        x = torch.randn(n, 3, L) * 4
+        x[0, 0, 0] = -float("inf")   # a row of one -inf: NaN, as eager
+        torch.testing.assert_close(cm(x), m(x), rtol=1e-6, atol=1e-7, equal_nan=True)
+    with pytest.raises(dl.ShapeMismatch, match=r"amax 'amax' \(reduces a non-empty row.*L - 1 >= 0"):
+        cm(torch.randn(2, 3, 0))
+    with pytest.raises(IndexError):   # eager refuses it too
+        m(torch.randn(2, 3, 0))
+
+
+def test_softmax_pattern_needs_one_axis_for_both_reductions():
+    m = WrittenSoftmax(axis=-1, sum_axis=1)
+    cm = dl.compile(m, (torch.randn(2, 3, 7),), dynamic={0: {0: "N", 2: "L"}}, backend="cpu")
+    assert not any("softmax" in s.ops for s in cm.pipeline.partition.steps)
+    x = torch.randn(4, 3, 5)
+    torch.testing.assert_close(cm(x), m(x), rtol=1e-6, atol=1e-7)
+
 # --- channels_last: convolutions and pools in NHWC, as permutes in the IR -----------------------
 
 def _layer1():

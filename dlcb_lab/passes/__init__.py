@@ -5,7 +5,7 @@ order and keeps a ``PassRecord`` per pass (what it changed, for the notebook lay
 Order: ``fold_constants`` (parameters-only subgraphs evaluated at compile time), ``rewrite``
 (pattern rules as data: batch norm into the preceding convolution, identities removed),
 ``channels_last`` (convolutions in NHWC, as permutes in the IR), ``fold_constants`` again,
-``eliminate_dead``, ``fuse`` (which shared values get a buffer), then
+``eliminate_common`` (common subexpressions), ``eliminate_dead``, ``fuse`` (which shared values get a buffer), then
 ``assign_layouts`` (a layout for every value) and ``partition`` (library and generated regions,
 the fused groups), which only record."""
 
@@ -15,14 +15,14 @@ import time
 from typing import Callable
 
 from ..ir.graph import Graph
-from .core import PassRecord, eliminate_dead, fold_constants
+from .core import PassRecord, eliminate_common, eliminate_dead, fold_constants
 from .layout import assign_layouts, channels_last
 from .partition import Partition, fuse, partition
 from .rewrite import REWRITES, rewrite
 
 PIPELINE: tuple[Callable[[Graph, list[str]], Graph], ...] = (
-    fold_constants, rewrite, channels_last, fold_constants, eliminate_dead, fuse, assign_layouts,
-    partition)
+    fold_constants, rewrite, channels_last, fold_constants, eliminate_common, eliminate_dead, fuse,
+    assign_layouts, partition)
 
 
 def run_passes(g: Graph) -> tuple[Graph, tuple[PassRecord, ...]]:
@@ -37,4 +37,4 @@ def run_passes(g: Graph) -> tuple[Graph, tuple[PassRecord, ...]]:
 
 
 __all__ = ["PIPELINE", "PassRecord", "Partition", "REWRITES", "assign_layouts", "channels_last",
-           "eliminate_dead", "fold_constants", "fuse", "partition", "rewrite", "run_passes"]
+           "eliminate_common", "eliminate_dead", "fold_constants", "fuse", "partition", "rewrite", "run_passes"]

@@ -103,6 +103,47 @@ def _names(n: Node) -> list[str]:
     return [f"%{x.name}" if isinstance(x, Value) else repr(x) for x in n.inputs]
 
 
+def eliminate_common(g: Graph, log: list[str]) -> Graph:
+    """Common subexpressions: a node that computes what an earlier node computes (the same op on
+    the same operand values and scalars, equal attributes, the same result dtype and dims) is
+    dropped and its readers read the earlier result (HuggingFace BERT builds the same additive
+    attention mask in every layer; two convolutions of one input in NHWC permute it twice).
+    Eager steps are never merged (an ATen op run by PyTorch may be random or stateful). Leaves:
+    no two nodes compute the same thing."""
+    first: dict = {}
+    for n in list(g.nodes):
+        if n.op.name == "eager":
+            continue
+        try:
+            key = hash_key((n.op.name, n.inputs, dict(n.attrs), n.out.dtype, g.dims(n.out)))
+            seen = first.setdefault(key, n)
+        except TypeError:   # an attribute that cannot be compared by value
+            continue
+        if seen is not n:
+            replace_value(g, n.out, seen.out)
+            g.nodes.remove(n)
+            log.append(f"%{n.out.name} = {n.op.name}(...) is %{seen.out.name}")
+    return g
+
+
+def hash_key(x):
+    """``x`` as a hashable key equal only for equal values: Values by identity, floats by
+    spelling (``0.0`` and ``-0.0`` differ; ``1`` and ``1.0`` and ``True`` differ too), lists and
+    dicts by their items. Raises ``TypeError`` for what has no such key."""
+    if isinstance(x, Value):
+        return ("value", x.id)
+    if isinstance(x, (bool, int, float, complex)):
+        return (type(x).__name__, repr(x))
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(hash_key(a) for a in x))
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted((k, hash_key(v)) for k, v in x.items())))
+    if isinstance(x, torch.Tensor):
+        raise TypeError("tensor attribute")
+    hash(x)
+    return (type(x).__name__, x)
+
+
 def eliminate_dead(g: Graph, log: list[str]) -> Graph:
     """Drop nodes whose result nothing reads (and that are not outputs), then constants nothing
     reads. Leaves: every node and constant is used."""

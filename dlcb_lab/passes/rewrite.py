@@ -309,6 +309,37 @@ def _sdpa_heads_inner(g: Graph, n: Node, use: dict) -> str | None:
     return f"%{n.out.name}: sdpa as [N, L, H, D] (%{y.name})"
 
 
+
+def _softmax_written_out(g: Graph, n: Node, use: dict) -> str | None:
+    """exp(x - amax(x, a)) / sum(exp(x - amax(x, a)), a)  ->  softmax(x, a)   (one axis, keepdim)
+
+    One row kernel (two passes over each row) instead of three (the amax, the sum, the
+    division: four passes). Eager's refusal of an empty row (amax) stays, as a requirement."""
+    if n.op.name != "div" or not all(isinstance(v, Value) for v in n.inputs):
+        return None
+    e, s = n.inputs
+    sm, ex = s.producer, e.producer
+    if sm is None or sm.op.name != "sum" or sm.inputs[0] is not e or ex is None or \
+            ex.op.name != "exp" or not isinstance(ex.inputs[0], Value):
+        return None
+    d = ex.inputs[0].producer
+    if d is None or d.op.name != "sub" or not all(isinstance(v, Value) for v in d.inputs):
+        return None
+    x, m = d.inputs
+    mx = m.producer
+    if mx is None or mx.op.name != "amax" or mx.inputs[0] is not x:
+        return None
+    axes = tuple(sm.attrs["dims"])
+    if len(axes) != 1 or tuple(mx.attrs["dims"]) != axes or not sm.attrs["keepdim"] or \
+            not mx.attrs["keepdim"] or not x.dtype.is_floating_point or \
+            len({x.dtype, e.dtype, s.dtype, n.out.dtype}) != 1 or g.dims(x) != g.dims(n.out):
+        return None
+    row = g.dims(x)[axes[0]]
+    if not (row.is_lit() and row.value > 0):
+        g.require(row - 1, mx, "reduces a non-empty row; eager raises on an empty one")
+    n.op, n.inputs, n.attrs = OPS["softmax"], (x,), {"axes": axes}
+    return f"%{n.out.name}: exp(%{x.name} - amax) / sum -> softmax(%{x.name}, axis {axes[0]})"
+
 REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
@@ -323,6 +354,7 @@ REWRITES: list[tuple[str, Rule]] = [
     ("sdpa_heads_inner", _sdpa_heads_inner),    # sdpa -> permute(sdpa as [N, L, H, D])
     ("matmul_of_weight", _matmul_of_weight),    # matmul(x, W const) -> linear(x, W.T)
     ("linear_bias", _linear_bias),              # linear + b read by libraries -> linear(b)
+    ("softmax_written_out", _softmax_written_out),  # exp(x - amax) / sum(..) -> softmax(x)
 ]
 
 
