@@ -105,3 +105,33 @@ def test_kernels_split_into_units_compile_in_parallel(workers):
     for cubin, grp in zip(cubins, groups):
         assert cubin.startswith(b"\x7fELF")
         assert all(name.encode() in cubin for name in entry_points([bodies[i] for i in grp]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_block_row_kernels_compile_in_every_float_dtype(dtype):
+    """softmax, log_softmax and layer norm, block per row: the register-cached passes and the
+    two-read ones beside them, with float accumulators for softmax of float32 and 16-bit rows
+    and double ones for float64 rows and every layer norm."""
+    import torch
+    import torch.nn.functional as F
+
+    from dlcb_lab.bridge.aten import to_ir
+    from dlcb_lab.kgen.emit import ROW_CACHE, cuda_module
+    from dlcb_lab.kgen.infer import infer_kernels
+    from dlcb_lab.passes import run_passes
+
+    class Rows(torch.nn.Module):
+        def forward(self, x, w):
+            return F.softmax(x, -1), F.log_softmax(x, -1), F.layer_norm(x, (x.shape[-1],), w)
+
+    t = getattr(torch, dtype)
+    g, _ = run_passes(to_ir(Rows(), (torch.randn(2, 8, dtype=t), torch.randn(8, dtype=t)),
+                            {0: {0: "N", 1: "C"}, 1: {0: "C"}}))
+    blocks = [b.variant for b in infer_kernels(g, cooperative=True)]
+    assert len(blocks) == 3 and all(b is not None for b in blocks)
+    src = cuda_module(blocks)
+    acc = "double" if dtype == "float64" else "float"
+    assert src.count(f"{acc} rm = -INFINITY, rs = 0;") == 2
+    assert src.count("double rs1 = 0, rs2 = 0;") == 1
+    assert src.count(f"rc[{ROW_CACHE}];") == 3 and src.count("} else {") >= 3
+    assert compile_cubin(src).startswith(b"\x7fELF")

@@ -18,12 +18,13 @@ once in ``kgen.abi``.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import singledispatchmethod
 from typing import Sequence
 
 import torch
 
-from ..ir.dtypes import DType, dtype_of
+from ..ir.dtypes import F64, DType, dtype_of
 from .abi import abi
 
 BOOL = dtype_of(torch.bool)
@@ -103,6 +104,7 @@ class _Printer:
 
     def __init__(self, k: KernelBody):
         self.k = k
+        self.acc = F64   # the row accumulators' type (``RowInit.acc``)
 
     def block(self, stmts, ind: str) -> list[str]:
         out = []
@@ -193,11 +195,12 @@ class _Printer:
 
     @stmt.register
     def _(self, s: RowInit) -> str:
+        self.acc = s.acc
         return self.row_init(s.kind)
 
     @stmt.register
     def _(self, s: RowAccumulate) -> str:
-        v = self.to_double(s.value)
+        v = self.to_acc(s.value)
         if s.kind is RowKind.NORM:
             return self.row_norm_add(v)
         return self.row_lse_add(v)
@@ -212,7 +215,7 @@ class _Printer:
 
     @stmt.register
     def _(self, s: RowOutput) -> str:
-        v = self.to_double(s.value)
+        v = self.to_acc(s.value)
         if s.kind is RowKind.SOFTMAX:
             y = f"{self.exp}({v} - rm) / rs"
         elif s.kind is RowKind.LOG_SOFTMAX:
@@ -220,9 +223,9 @@ class _Printer:
         else:
             y = f"({v} - rmean) * rrstd"
             if s.weight:
-                y = f"{y} * {self.to_double(s.weight)}"
+                y = f"{y} * {self.to_acc(s.weight)}"
             if s.bias:
-                y = f"{y} + {self.to_double(s.bias)}"
+                y = f"{y} + {self.to_acc(s.bias)}"
         return self.let(s.dtype, s.name, self.cast(s.dtype, y))
 
     @stmt.register
@@ -271,10 +274,10 @@ class _Cuda(_Printer):
     max_fn = "dlcb_max"
     narrow_fn, widen_fn = "dlcb_to_", "dlcb_from_"
     and_ = "&&"
-    exp = "exp"
+    exp = "dlcb_exp"
 
-    def to_double(self, v: str) -> str:
-        return f"(double)({v})"
+    def to_acc(self, v: str) -> str:
+        return f"({self.acc.ctype})({v})"
 
     def compute(self, s: Compute) -> tuple[str, list[str]]:
         """As the base, except a float division by a Python number: CUDA eager multiplies by the
@@ -288,15 +291,16 @@ class _Cuda(_Printer):
         return "mul", [self.operand(s.args[0], s.compute.reg), self.literal(s.compute.reg, inv)]
 
     def row_init(self, kind: RowKind) -> str:
+        t = self.acc.ctype
         if kind is RowKind.NORM:
-            return "double rs1 = 0.0, rs2 = 0.0;"
-        return "double rm = -INFINITY, rs = 0.0;"
+            return f"{t} rs1 = 0, rs2 = 0;"
+        return f"{t} rm = -INFINITY, rs = 0;"
 
     def row_norm_add(self, v: str) -> str:
         return f"{{ const double xv = {v}; rs1 += xv; rs2 += xv * xv; }}"
 
     def row_lse_add(self, v: str) -> str:
-        return f"dlcb_lse_merge(rm, rs, {v}, 1.0);"
+        return f"dlcb_lse_merge(rm, rs, {v}, ({self.acc.ctype})1);"
 
     def row_combine(self, kind: RowKind) -> str:
         if kind is RowKind.NORM:
@@ -305,10 +309,12 @@ class _Cuda(_Printer):
 
     def row_stats(self, s: RowStats) -> str:
         if s.kind is RowKind.NORM:
-            return (f"const double rmean = rs1 / (double){s.count}; const double rrstd = "
-                    f"rsqrt(fmax(rs2 / (double){s.count} - rmean * rmean, 0.0) + {s.eps!r});")
+            # not fmax: it drops a NaN variance (a row holding an infinity), eager keeps it
+            return (f"const double rmean = rs1 / (double){s.count}; const double rvar = "
+                    f"rs2 / (double){s.count} - rmean * rmean; const double rrstd = "
+                    f"rsqrt((rvar < 0.0 ? 0.0 : rvar) + {s.eps!r});")
         if s.kind is RowKind.LOG_SOFTMAX:
-            return "const double rlse = rm + log(rs);"
+            return f"const {self.acc.ctype} rlse = rm + dlcb_log(rs);"
         return "// softmax: rm, rs"
 
     def ternary(self, cond: str, a: str, b: str) -> str:
@@ -392,6 +398,59 @@ class _CudaVector(_Cuda):
         return f"vout.v[j] = {value};"
 
 
+ROW_CACHE = 16
+"""Row elements per thread a block-per-row kernel keeps in registers: a row of at most
+``ROW_CACHE * blockDim.x`` elements (4096 at 256 threads) is read from memory once, its second
+pass reading the registers; a longer row is read twice."""
+
+
+class _CudaRowCached(_Cuda):
+    """A block-per-row kernel's passes with the row in registers ``rc``: each cooperative loop
+    is ``ROW_CACHE`` unrolled strides of the block. The first pass loads every element of the
+    thread's share into ``rc`` (predicated, so all its loads are in flight at once) and folds
+    them into the accumulators after; the second reads ``rc`` back (its recomputation of the
+    element is dead code, dropped by the compiler)."""
+
+    def block(self, stmts, ind: str) -> list[str]:
+        out = []
+        for s in stmts:
+            if not isinstance(s, Loop):
+                out.append(ind + self.stmt(s))
+                continue
+            folds = [b for b in s.body if isinstance(b, RowAccumulate)]
+            head = [f"{ind}#pragma unroll", f"{ind}for (int k = 0; k < {ROW_CACHE}; ++k) {{"]
+            out += head + [f"{ind}  const I {s.var} = threadIdx.x + (I)k * blockDim.x;",
+                           f"{ind}  if ({s.var} < {s.extent}) {{"]
+            out += self.block([b for b in s.body if not isinstance(b, RowAccumulate)],
+                              ind + "    ")
+            out += [f"{ind}    rc[k] = ({self.k.dtype.reg.ctype})({b.value});" for b in folds]
+            out += [f"{ind}  }}", f"{ind}}}"]
+            if folds:
+                fold = [self.stmt(replace(b, value="rc[k]")) for b in folds]
+                out += head + [f"{ind}  if (threadIdx.x + (I)k * blockDim.x < {s.extent}) {f}"
+                               for f in fold] + [f"{ind}}}"]
+        return out
+
+    def stmt(self, s) -> str:
+        return super().stmt(replace(s, value="rc[k]") if isinstance(s, RowOutput) else s)
+
+
+def _row_passes(k: KernelBody, ind: str) -> list[str]:
+    """A block-per-row kernel's statements: those before its first pass, then the passes with
+    the row in registers where it fits (``ROW_CACHE``), else reading the row twice."""
+    first = next((i for i, s in enumerate(k.stmts) if isinstance(s, Loop)), None)
+    plain = _Cuda(k)
+    if not k.cooperative or first is None or not any(isinstance(s, RowInit) for s in k.stmts):
+        return plain.block(k.stmts, ind)
+    cached, inner = _CudaRowCached(k), ind + "  "
+    head = plain.block(k.stmts[:first], ind)
+    cached.acc = plain.acc
+    return head + [f"{ind}if ({k.stmts[first].extent} <= {ROW_CACHE} * (I)blockDim.x) {{",
+                   f"{inner}{k.dtype.reg.ctype} rc[{ROW_CACHE}];"] + \
+        cached.block(k.stmts[first:], inner) + [f"{ind}}} else {{"] + \
+        plain.block(k.stmts[first:], inner) + [f"{ind}}}"]
+
+
 def _vector_body(k: KernelBody, params: list[str]) -> list[str]:
     """``name_vbody<I>``: ``vector_width(k)`` consecutive outputs per thread, ``numel`` a multiple
     of it and every vector access aligned (the launcher checks both)."""
@@ -433,7 +492,7 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     widths = [w for w in widths if w != VECTOR or vector_width(k) > 1]
     lines = head + ["template <typename I>",
                     f"__device__ __forceinline__ void {k.name}_body({', '.join(params)}) {{"] + loop
-    lines += _Cuda(k).block(k.stmts, "    ")
+    lines += _row_passes(k, "    ")
     lines += ["  }", "}"]
     if VECTOR in widths:
         lines += _vector_body(k, params)
@@ -470,7 +529,7 @@ class _Numba(_Printer):
     and_ = "and"
     exp = "math.exp"
 
-    def to_double(self, v: str) -> str:
+    def to_acc(self, v: str) -> str:   # double whatever ``RowInit.acc`` says
         return f"np.float64({v})"
 
     def row_init(self, kind: RowKind) -> str:

@@ -18,10 +18,10 @@ import torch
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
 from ..dims.bounds import Bounds, lower, nonneg, upper
 from ..errors import DLError
-from ..ir.dtypes import I64, dtype_of
+from ..ir.dtypes import F32, F64, I64, dtype_of
 from ..ir.graph import Graph, Value
 from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Reduction, \
-    delinearize, linear_index
+    RowKind, delinearize, linear_index
 from ..passes.partition import steps
 from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxCast,
                   IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, RowAccumulate,
@@ -395,7 +395,8 @@ class _Builder:
         each element of the row computed again, normalized and stored."""
         kind = ROW_KINDS[node.op.name]
         exts = [self.dims[a] for a in axes]
-        self.outer.stmts.append(RowInit(kind))
+        wide = kind is RowKind.NORM or node.inputs[0].dtype == torch.float64
+        self.outer.stmts.append(RowInit(kind, F64 if wide else F32))
         if not extent.is_lit(0):
             lvars = self.open_loops(exts, exts, extent, loops)
             ins = located(node, node.op.reverse, self.g, node, coords, loops=lvars)

@@ -175,12 +175,17 @@ class Store:         # out[t] = value   (cooperative kernels: thread 0 of the bl
 
 
 # Row-wise normalizations (one row per thread, or per block in the cooperative variant). The
-# accumulators are doubles with fixed names: softmax ``rm`` (running max), ``rs`` (sum of
-# exp(x - rm)); norm ``rs1``, ``rs2`` (sum, sum of squares); stats ``rmean``, ``rrstd``, ``rlse``.
+# accumulators have fixed names: softmax ``rm`` (running max), ``rs`` (sum of exp(x - rm)); norm
+# ``rs1``, ``rs2`` (sum, sum of squares); stats ``rmean``, ``rrstd``, ``rlse``.
 
 @dataclass(frozen=True)
-class RowInit:       # declare and initialize the row accumulators
+class RowInit:       # declare and initialize the row accumulators, of type ``acc`` (CUDA)
     kind: RowKind
+    acc: DType = F64
+    """Norm: double (a sum of squares in float loses the variance to cancellation). Softmax of
+    a float32 or 16-bit row: float, as eager's CUDA kernels; a double ``exp`` per element made
+    the H200 kernel compute-bound (257 us for 103 MB, 15 % of the memory bandwidth). numba
+    kernels compute in double either way."""
 
 
 @dataclass(frozen=True)

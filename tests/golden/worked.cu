@@ -95,11 +95,12 @@ struct dlcb_max_op {
 };
 // (m, s) <- the pair of the union of two sets, s = sum of exp(x - m); NaN propagates, and a +inf
 // element makes s NaN (eager's exp(inf - inf) in the sum).
-__device__ __forceinline__ void dlcb_lse_merge(double& m, double& s, double m2, double s2) {
+template <typename T>
+__device__ __forceinline__ void dlcb_lse_merge(T& m, T& s, T m2, T s2) {
   if (m != m || m2 != m2) { m = s = m + m2; return; }
   if (m == INFINITY || m2 == INFINITY) { m = INFINITY; s = NAN; return; }  // exp(inf - inf)
   if (m2 == -INFINITY) return;
-  if (m2 > m) { s = s * exp(m - m2) + s2; m = m2; } else { s += s2 * exp(m2 - m); }
+  if (m2 > m) { s = s * dlcb_exp(m - m2) + s2; m = m2; } else { s += s2 * dlcb_exp(m2 - m); }
 }
 // Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
 template <typename T, typename F>
@@ -128,8 +129,8 @@ __device__ __forceinline__ double dlcb_block_allsum(double v) {
   return dlcb_block_broadcast(dlcb_block_reduce<double>(v, 0.0, dlcb_sum_op()));
 }
 // (m, s) combined over the block with dlcb_lse_merge; every thread gets the result.
-__device__ __forceinline__ void dlcb_block_lse(double& m, double& s) {
-  __shared__ double sm[32], ss[32];
+template <typename T> __device__ __forceinline__ void dlcb_block_lse(T& m, T& s) {
+  __shared__ T sm[32], ss[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int o = 16; o > 0; o >>= 1)
     dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o), __shfl_down_sync(0xffffffffu, s, o));
@@ -139,7 +140,7 @@ __device__ __forceinline__ void dlcb_block_lse(double& m, double& s) {
   if (warp == 0) {
     const int nw = (int)((blockDim.x + 31) >> 5);
     m = lane < nw ? sm[lane] : -INFINITY;
-    s = lane < nw ? ss[lane] : 0.0;
+    s = lane < nw ? ss[lane] : (T)0;
     for (int o = 16; o > 0; o >>= 1)
       dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o),
                      __shfl_down_sync(0xffffffffu, s, o));

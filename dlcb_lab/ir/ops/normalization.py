@@ -2,7 +2,8 @@
 share every coordinate outside ``axes``. A kernel makes two passes over each row: the first folds
 the row into accumulators (softmax: running max and rescaled sum of exponentials; layer norm: sum
 and sum of squares, in double), the second writes every element of the row. So the input (and any
-chain fused into it) is read exactly twice."""
+chain fused into it) is read twice, or once where the CUDA block-per-row kernel holds the row in
+registers (``kgen.emit.ROW_CACHE``)."""
 
 from __future__ import annotations
 
