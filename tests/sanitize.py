@@ -33,8 +33,9 @@ def parse(text: str) -> list[tuple[str, str]]:
     """(first line, kernel) per error block of one sanitizer log: a block starts at an unindented
     ``=========`` line and runs over the indented ones after it; its kernel is ``api:<call>`` for
     an error a CUDA API call returned (no kernel ran: the host frames may name a DLCB launch, as
-    when cuda.core probes a driver entry point), else the generated kernel it names
-    (``dlcb_k<N>...``), else the first ``at <function>``, else ''."""
+    when cuda.core probes a driver entry point), ``sanitizer`` for the tool's own internal error
+    (a launch it failed to track), else the generated kernel it names (``dlcb_k<N>...``), else
+    the first ``at <function>``, else ''."""
     blocks: list[list[str]] = []
     for line in text.splitlines():
         if ERROR.match(line):
@@ -45,7 +46,9 @@ def parse(text: str) -> list[tuple[str, str]]:
     for b in blocks:
         body = "\n".join(b)
         api, ours, at = API.search(b[0]), OURS.search(body), AT.search(body)
-        out.append((b[0][10:].strip(), f"api:{api.group(1)}" if api else ours.group(0) if ours
+        first = b[0][10:].strip()
+        out.append((first, "sanitizer" if first.startswith("Internal Sanitizer Error") else
+                    f"api:{api.group(1)}" if api else ours.group(0) if ours
                     else at.group(1) if at else ""))
     return out
 

@@ -117,7 +117,12 @@ def test_sanitizer_logs_tell_generated_kernels_from_library_ones(tmp_path):
     (tmp_path / "initcheck.log").write_text(   # cut off: no summary
         "========= COMPUTE-SANITIZER\n========= Uninitialized __global__ memory read of size 16 "
         "bytes\n=========     at dlcb_k3_relu_v+0x430\n")
+    (tmp_path / "racecheck-suite.log").write_text(   # the tool's own error, cut off
+        "========= COMPUTE-SANITIZER\n========= Internal Sanitizer Error: Detected a failure to "
+        "track a kernel launch. Future records might be incomplete\n=========\n")
     rows = {r["log"]: r for r in sanitize.summarize(tmp_path)}
+    assert rows["racecheck-suite"]["kernels"] == {"sanitizer": 1}
+    assert rows["racecheck-suite"]["generated"] == 0
     mem = rows["memcheck"]
     assert (mem["errors"], mem["generated"], mem["api"], mem["other"]) == (4, 1, 1, 2), mem
     assert mem["kernels"] == {"dlcb_k3_relu_v": 1,
