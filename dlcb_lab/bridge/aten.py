@@ -32,7 +32,7 @@ from . import indexing
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
 from .capture import Captured, input_dims, is_symbolic, user_frame
-from .common import Cx, DimPredicate, Unavailable, tensor_arg, wrap_axis
+from .common import Cx, DimPredicate, NoFallback, Unavailable, find, tensor_arg, wrap_axis
 
 _L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS, **indexing.LOWERINGS}
 
@@ -370,7 +370,8 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
             try:
                 _lower_node(g, n, env, consts)
             except UnsupportedOp as err:
-                if not fallback or n.op != "call_function" or _mutates(n):
+                if not fallback or n.op != "call_function" or _mutates(n) or \
+                        isinstance(err, NoFallback):
                     raise
                 env[n] = _eager(g, n, env, symbols, str(err.msg))
         except DLError as err:
@@ -450,13 +451,6 @@ def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value
             if isinstance(v, Value):
                 operands.append(v)
                 return Operand(len(operands) - 1)
-            if isinstance(v, Unavailable):
-                raise UnsupportedOp(f"{describe(n)}: argument '{a.name}' is {v.what}, which DLCB "
-                                    f"does not compute")
-            if isinstance(v, SizeRatio):
-                raise UnsupportedOp(f"{describe(n)}: argument '{a.name}' is the ratio of sizes "
-                                    f"{v}, a float no eager op can take from the host program "
-                                    f"(a ratio lowers only under math.ceil or math.floor)")
             return v
         if isinstance(a, (tuple, list)):
             return type(a)(template(x) for x in a)
@@ -510,12 +504,10 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if n.target is operator.getitem:   # a tuple's item, computed or not (``Unavailable``)
         env[n] = args[0][args[1]]
         return
-    used = [a for a in (*args, *kwargs.values()) for a in (a if isinstance(a, (list, tuple))
-                                                            else (a,))
-            if isinstance(a, Unavailable)]
-    if used and _packet(n) not in _NO_OPS:   # export's metadata checks compute nothing
-        raise UnsupportedOp(f"'{n.name}' at {where(n)}: uses {used[0].what}, which DLCB does not "
-                            f"compute")
+    used = find((args, tuple(kwargs.values())), Unavailable)
+    if used is not None and _packet(n) not in _NO_OPS:   # export's metadata checks compute nothing
+        raise NoFallback(f"'{n.name}' at {where(n)}: uses {used.what}, which DLCB does not "
+                         f"compute")
     if n.op == "output":
         outs = list(args[0])
         if not all(isinstance(o, Value) for o in outs):
@@ -529,10 +521,10 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if t is wrap_with_autocast:
         env[n] = _autocast_region(g, n, args, consts)
         return
-    if any(isinstance(a, SizeRatio) for a in args) and t not in _SIZE_ROUND:
-        raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
-                            f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil "
-                            f"or math.floor)")
+    if t not in _SIZE_ROUND and find((args, tuple(kwargs.values())), SizeRatio) is not None:
+        raise NoFallback(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
+                         f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil or "
+                         f"math.floor; no eager op takes it from the host program)")
     if t is operator.truediv and not any(isinstance(a, Value) for a in args):
         env[n] = args[0] / args[1] if all(isinstance(a, (int, float)) for a in args) else \
             SizeRatio(*args)

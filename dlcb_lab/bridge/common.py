@@ -132,13 +132,28 @@ def shape_arg(shape: tuple, kwargs: dict, key: str) -> tuple:
 
 class Unavailable:
     """A result a lowering does not compute (the indices of ``max(x, dim)``, whose values it
-    does): the bridge refuses any node that uses it, by name."""
+    does): the bridge refuses any node that uses it, by name (``NoFallback``)."""
 
     def __init__(self, what: str):
         self.what = what
 
     def __repr__(self) -> str:
         return f"<{self.what}: not computed>"
+
+
+
+def find(args, cls: type) -> Any:
+    """The first instance of ``cls`` in ``args`` (nested lists and tuples searched), or None."""
+    if isinstance(args, cls):
+        return args
+    if isinstance(args, (list, tuple)):
+        return next((u for u in (find(a, cls) for a in args) if u is not None), None)
+    return None
+
+
+class NoFallback(UnsupportedOp):
+    """A refusal no eager fallback can mend: the node uses a value only the lowering holds (an
+    ``Unavailable`` result, a ratio of sizes), which no eager op can be given."""
 
 
 class DimPredicate:
