@@ -521,65 +521,67 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
     if t is wrap_with_autocast:
         env[n] = _autocast_region(g, n, args, consts)
         return
-    if t not in _SIZE_ROUND and find((args, tuple(kwargs.values())), SizeRatio) is not None:
-        raise NoFallback(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
-                         f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil or "
-                         f"math.floor; no eager op takes it from the host program)")
-    if t is operator.truediv and not any(isinstance(a, Value) for a in args):
-        env[n] = args[0] / args[1] if all(isinstance(a, (int, float)) for a in args) else \
-            SizeRatio(*args)
-        return
-    if t in _SIZE_ROUND:
-        env[n] = _SIZE_ROUND[t](args[0]) if isinstance(args[0], SizeRatio) else t(args[0])
-        return
-    if t in _SIZE_EXTREMA and any(isinstance(a, Expr) for a in args):
-        env[n] = _size_extremum(g, n, args)
-        return
-    if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
-        env[n] = t(*args)   # size arithmetic on dimension expressions
-        return
-    if name == "sym_storage_offset":   # read by export's deferred asserts (offset >= 0) only
-        env[n] = STORAGE_OFFSET
-        return
-    if STORAGE_OFFSET in args:
-        if t is operator.ge and args == (STORAGE_OFFSET, 0):
-            env[n] = True   # a functional tensor's offset: non-negative
-            return
-        raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a storage offset (DLCB "
-                            f"tensors have none; only export's 'offset >= 0' check lowers)")
-    if t in _SIZE_CMP and not any(isinstance(a, Value) for a in args):
-        env[n] = DimPredicate.of(_SIZE_CMP[t], *args)
-        return
-    if t in _SIZE_LOGIC and not any(isinstance(a, Value) for a in args):
-        env[n] = _SIZE_LOGIC[t](*args)
-        return
-    if name in _NO_OPS:
-        env[n] = None
-        return
-    cx = Cx(g, n.name, where(n))
-    if name == "sym_size":
-        dims = cx.g.dims(tensor_arg(args[0]))
-        env[n] = dims[wrap_axis(args[1], len(dims))]
-        return
-    if name == "sym_numel":
-        env[n] = math.prod(cx.g.dims(tensor_arg(args[0])), start=lit(1))
-        return
-    if name == "_assert_scalar":
-        cond = args[0]
-        if isinstance(cond, DimPredicate):
-            cond.impose(cx, f"torch.export runtime assertion: {args[1]}")
-        elif cond is False:
-            raise ShapeError(f"assertion fails: {args[1]}")
-        env[n] = None
+    size = _on_sizes(g, n, t, name, args, kwargs)
+    if size is not _TENSORS:
+        env[n] = size
         return
     hit = lowering(n)
     if hit is None:
         raise UnsupportedOp(f"{describe(n)}: no DLCB lowering")
     fn, inplace = hit
-    out = call_lowering(cx, name, fn, args, kwargs)
+    out = call_lowering(Cx(g, n.name, where(n)), name, fn, args, kwargs)
     if inplace:
         out = _functionalize(g, n, env, args[0], out)
     env[n] = out
+
+
+_TENSORS = object()
+"""``_on_sizes``: the node computes on tensors (a lowering's job)."""
+
+
+def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict) -> Any:
+    """The value of ``n`` where it computes on sizes, not tensors (size arithmetic, comparisons
+    and logic, ratios and their rounding, ``sym_size``/``sym_numel``, export's assertions and
+    metadata checks: None), else ``_TENSORS``."""
+    if t not in _SIZE_ROUND and find((args, tuple(kwargs.values())), SizeRatio) is not None:
+        raise NoFallback(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
+                         f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil or "
+                         f"math.floor; no eager op takes it from the host program)")
+    if t is operator.truediv and not any(isinstance(a, Value) for a in args):
+        return args[0] / args[1] if all(isinstance(a, (int, float)) for a in args) else \
+            SizeRatio(*args)
+    if t in _SIZE_ROUND:
+        return _SIZE_ROUND[t](args[0]) if isinstance(args[0], SizeRatio) else t(args[0])
+    if t in _SIZE_EXTREMA and any(isinstance(a, Expr) for a in args):
+        return _size_extremum(g, n, args)
+    if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
+        return t(*args)   # size arithmetic on dimension expressions
+    if name == "sym_storage_offset":   # read by export's deferred asserts (offset >= 0) only
+        return STORAGE_OFFSET
+    if STORAGE_OFFSET in args:
+        if t is operator.ge and args == (STORAGE_OFFSET, 0):
+            return True   # a functional tensor's offset: non-negative
+        raise UnsupportedOp(f"'{n.name}' at {where(n)}: {describe(n)} of a storage offset (DLCB "
+                            f"tensors have none; only export's 'offset >= 0' check lowers)")
+    if t in _SIZE_CMP and not any(isinstance(a, Value) for a in args):
+        return DimPredicate.of(_SIZE_CMP[t], *args)
+    if t in _SIZE_LOGIC and not any(isinstance(a, Value) for a in args):
+        return _SIZE_LOGIC[t](*args)
+    if name in _NO_OPS:
+        return None
+    if name == "sym_size":
+        dims = g.dims(tensor_arg(args[0]))
+        return dims[wrap_axis(args[1], len(dims))]
+    if name == "sym_numel":
+        return math.prod(g.dims(tensor_arg(args[0])), start=lit(1))
+    if name == "_assert_scalar":
+        cond = args[0]
+        if isinstance(cond, DimPredicate):
+            cond.impose(Cx(g, n.name, where(n)), f"torch.export runtime assertion: {args[1]}")
+        elif cond is False:
+            raise ShapeError(f"assertion fails: {args[1]}")
+        return None
+    return _TENSORS
 
 
 def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict) -> Any:
