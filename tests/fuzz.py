@@ -95,6 +95,12 @@ def _conv(v, p, c):
                     groups=p["groups"])
 
 
+def _softmax_written(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax as a model may write it (one row kernel after ``rewrite.softmax_written_out``)."""
+    e = torch.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
+
+
 def _ops() -> dict[str, Op]:
     every = lambda s: True   # noqa: E731
     none = lambda r, s: {}   # noqa: E731
@@ -110,6 +116,9 @@ def _ops() -> dict[str, Op]:
                       lambda v, p, c, red=red: getattr(v[0], red)(p["dims"], keepdim=p["keep"]))
     ops["softmax"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"dim": r.randrange(1, len(s[0]))},
                         lambda v, p, c: torch.softmax(v[0], p["dim"]))
+    ops["softmax_written"] = Op(1, lambda s: len(s[0]) >= 2,
+                                lambda r, s: {"dim": r.randrange(1, len(s[0]))},
+                                lambda v, p, c: _softmax_written(v[0], p["dim"]))
     ops["log_softmax"] = Op(1, lambda s: len(s[0]) >= 2,
                             lambda r, s: {"dim": r.randrange(-len(s[0]) + 1, 0)},
                             lambda v, p, c: torch.log_softmax(v[0], p["dim"]))
@@ -310,6 +319,20 @@ def generate(seed: int, max_steps: int = 6) -> Case:
         shapes.append((*shapes[i], steps[-1]["p"]["dim"]))
     usable = [i for i in range(len(shapes)) if i not in ids]
     for _ in range(r.randint(1, max_steps)):
+        again = [k for k, st in enumerate(steps) if st["op"] != "embedding"]
+        if again and r.random() < 0.15:   # a step written twice, both read: computed once
+            k = r.choice(again)
+            twice = [dict(steps[k]), {"op": "add", "args": [n_in + k, len(shapes)], "p": {}}]
+            trial = shapes[:n_in]
+            try:
+                Program(Case(seed, dtype, inputs, steps + twice), trial)
+            except Exception:   # noqa: BLE001 - the two do not broadcast: draw on
+                pass
+            else:
+                steps += twice
+                shapes = trial
+                usable.append(len(shapes) - 1)
+                continue
         names = list(OPS)
         r.shuffle(names)
         for name in names:
