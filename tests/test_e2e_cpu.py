@@ -351,3 +351,36 @@ def test_rounding_division_and_pad_modes_compile_to_cubin():
     src = cuda_module(infer_kernels(cm.pipeline.graph, True))
     assert "dlcb_r_bf16>(" in src and "dlcb_trunc(" in src and "dlcb_fdiv(" in src
     assert compile_cubin(src, arch="sm_90")[:4] == b"\x7fELF"
+
+
+MAX_CHAINS = r'''
+import torch, dlcb_lab as dl
+class M(torch.nn.Module):
+    def forward(self, x, y):
+        return x.amax(), y.abs().amin(), torch.linalg.vector_norm(y, float("-inf")), x.amax(-1)
+x, y = torch.randn(4, 8), torch.randn(5, 5)
+x[1, 7] = float("nan")
+got, want = dl.compile(M(), (x, y), backend="cpu")(x, y), M()(x, y)
+for a, b in zip(got, want):
+    torch.testing.assert_close(a, b, equal_nan=True)
+print("ok")
+'''
+
+
+def test_max_reductions_over_literal_extents_compile():
+    """Static max and min reductions of 32 and 25 elements to one value: numba's LLVM,
+    vectorizing the output loop around an unrolled chain of NaN-propagating maxima that does
+    not depend on the output index, ran for hours (``norm(x, -inf)`` of a 5x5 OpInfo sample);
+    such kernels compile with its loop vectorizer off. In a subprocess, so that a
+    return of the hang fails here instead of stalling the suite."""
+    import subprocess
+    import sys
+
+    import os
+    import tempfile
+
+    fresh = tempfile.mkdtemp()   # nothing compiled before: the kernels compile here
+    out = subprocess.run([sys.executable, "-c", MAX_CHAINS], capture_output=True, text=True,
+                         timeout=240, env={**os.environ, "DLCB_CACHE_DIR": fresh,
+                                           "NUMBA_CACHE_DIR": fresh})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -609,9 +609,17 @@ def numba_signature(k: KernelBody) -> str:
     return "void(" + ", ".join(arrs + ["int64"] * len(a.ints)) + ")"
 
 
+def _has_max(stmts) -> bool:
+    return any(_has_max(s.body) if isinstance(s, Loop) else
+               isinstance(s, Accumulate) and s.red.combine is Combine.MAX for s in stmts)
+
+
 def numba_kernel(k: KernelBody) -> str:
+    """The numba function; a kernel with a max reduction compiles with LLVM's loop vectorizer
+    off (``runtime.numba_cpu.unvectorized``)."""
+    jit = "_njit_unvectorized" if _has_max(k.stmts) else "njit"
     lines = _header(k, "#") + [
-        f'@njit("{numba_signature(k)}", parallel={NUMBA_PARALLEL}, cache=True, '
+        f'@{jit}("{numba_signature(k)}", parallel={NUMBA_PARALLEL}, cache=True, '
         f'error_model="numpy")',
         f"def {k.name}({', '.join(param_names(k))}):",
         "    for t in prange(numel):",

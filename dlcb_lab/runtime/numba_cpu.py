@@ -25,7 +25,7 @@ from types import ModuleType
 from ..errors import BuildError
 from .cache import atomic_write, cache_dir, content_key
 
-__all__ = ["NumbaModuleLoadError", "load_numba_module"]
+__all__ = ["NumbaModuleLoadError", "load_numba_module", "unvectorized"]
 
 _LOADED: dict[str, ModuleType] = {}
 _LOCK = threading.RLock()  # one loader at a time per process (numba compiles under a lock anyway)
@@ -42,6 +42,24 @@ class NumbaModuleLoadError(BuildError):
 
     def __reduce__(self):
         return (type(self), (self.msg, self.path))
+
+
+def unvectorized(*args, **kwargs):
+    """``numba.njit(*args, **kwargs)`` compiling with LLVM's loop vectorizer off, for kernels
+    with a max reduction: vectorizing a loop whose unrolled body chains 13 to 49
+    NaN-propagating maxima takes LLVM (numba 0.68) seconds to hours (14: 5 s; 16 to 40: over
+    20 s; ``norm(x, -inf)`` of a 5x5 sample never finished; 50 is not unrolled: 0.2 s).
+    Generated modules load one at a time (``_LOCK``), so the switch is theirs while it is off."""
+    import numba
+
+    def wrap(fn):
+        saved = numba.config.LOOP_VECTORIZE
+        numba.config.LOOP_VECTORIZE = False
+        try:
+            return numba.njit(*args, **kwargs)(fn)
+        finally:
+            numba.config.LOOP_VECTORIZE = saved
+    return wrap
 
 
 def load_numba_module(source: str) -> tuple[ModuleType, bool]:
