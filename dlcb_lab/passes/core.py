@@ -115,7 +115,7 @@ def eliminate_common(g: Graph, log: list[str]) -> Graph:
         if n.op.name == "eager":
             continue
         try:
-            key = hash_key((n.op.name, n.inputs, dict(n.attrs), n.out.dtype, g.dims(n.out)))
+            key = _hash_key((n.op.name, n.inputs, dict(n.attrs), n.out.dtype, g.dims(n.out)))
             seen = first.setdefault(key, n)
         except TypeError:   # an attribute that cannot be compared by value
             continue
@@ -126,7 +126,7 @@ def eliminate_common(g: Graph, log: list[str]) -> Graph:
     return g
 
 
-def hash_key(x):
+def _hash_key(x):
     """``x`` as a hashable key equal only for equal values: Values by identity, floats by
     spelling (``0.0`` and ``-0.0`` differ; ``1`` and ``1.0`` and ``True`` differ too), lists and
     dicts by their items. Raises ``TypeError`` for what has no such key."""
@@ -135,9 +135,9 @@ def hash_key(x):
     if isinstance(x, (bool, int, float, complex)):
         return (type(x).__name__, repr(x))
     if isinstance(x, (tuple, list)):
-        return (type(x).__name__, tuple(hash_key(a) for a in x))
+        return (type(x).__name__, tuple(_hash_key(a) for a in x))
     if isinstance(x, dict):
-        return ("dict", tuple(sorted((k, hash_key(v)) for k, v in x.items())))
+        return ("dict", tuple(sorted((k, _hash_key(v)) for k, v in x.items())))
     if isinstance(x, torch.Tensor):
         raise TypeError("tensor attribute")
     hash(x)
