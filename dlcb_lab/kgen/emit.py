@@ -407,46 +407,82 @@ pass reading the registers; a longer row is read twice."""
 class _CudaRowCached(_Cuda):
     """A block-per-row kernel's passes with the row in registers ``rc``: each cooperative loop
     is ``ROW_CACHE`` unrolled strides of the block. The first pass loads every element of the
-    thread's share into ``rc`` (predicated, so all its loads are in flight at once) and folds
-    them into the accumulators after; the second reads ``rc`` back (its recomputation of the
-    element is dead code, dropped by the compiler)."""
+    thread's share (predicated, so all its loads are in flight at once) and folds the cached
+    values into the accumulators after; the second reads ``rc`` back (its recomputation of the
+    element is dead code, dropped by the compiler). A softmax row is folded as eager's kernels
+    fold it: its max, then the sum of ``exp(x - max)`` (kept in ``rc`` for softmax), so one
+    ``exp`` per element instead of the online merge's two and the output's third. (The plain
+    block reductions stay on their loop: cached the same way, they made NVRTC and ptxas take
+    half as long again on mobilenet_v3_small.)"""
+
+    def __init__(self, k: KernelBody, kind: RowKind, acc: DType):
+        super().__init__(k)
+        self.kind, self.acc, self.extent = kind, acc, ""
+        self.rc_type = k.dtype.reg.ctype if kind is RowKind.NORM else acc.ctype
+        """The cached elements' type: the output's register type; softmax keeps ``exp``
+        values, in the accumulator type."""
 
     def block(self, stmts, ind: str) -> list[str]:
         out = []
         for s in stmts:
+            if isinstance(s, RowCombine) and s.kind is not RowKind.NORM:
+                out += self.lse_combine(s.kind, ind)
+                continue
             if not isinstance(s, Loop):
                 out.append(ind + self.stmt(s))
                 continue
+            self.extent = s.extent
             folds = [b for b in s.body if isinstance(b, RowAccumulate)]
-            head = [f"{ind}#pragma unroll", f"{ind}for (int k = 0; k < {ROW_CACHE}; ++k) {{"]
-            out += head + [f"{ind}  const I {s.var} = threadIdx.x + (I)k * blockDim.x;",
-                           f"{ind}  if ({s.var} < {s.extent}) {{"]
-            out += self.block([b for b in s.body if not isinstance(b, RowAccumulate)],
-                              ind + "    ")
-            out += [f"{ind}    rc[k] = ({self.k.dtype.reg.ctype})({b.value});" for b in folds]
-            out += [f"{ind}  }}", f"{ind}}}"]
+            body = self.block([b for b in s.body if b not in folds], "")
+            body += [f"rc[k] = ({self.rc_type})({b.value});" for b in folds]
+            out += self.cached_loop(body, ind, s.var)
             if folds:
-                fold = [self.stmt(replace(b, value="rc[k]")) for b in folds]
-                out += head + [f"{ind}  if (threadIdx.x + (I)k * blockDim.x < {s.extent}) {f}"
-                               for f in fold] + [f"{ind}}}"]
+                out += self.cached_loop([self.stmt(replace(b, value="rc[k]")) for b in folds],
+                                        ind)
         return out
 
+    def cached_loop(self, body: list[str], ind: str, var: str = "") -> list[str]:
+        """``body`` for each of the thread's ``ROW_CACHE`` strides of the row (``k``) that lies
+        inside it, unrolled; ``var``, if named, is the element's index in the row."""
+        lines = [f"{ind}#pragma unroll", f"{ind}for (I k = 0; k < {ROW_CACHE}; ++k) {{"]
+        if var:
+            lines += [f"{ind}  const I {var} = threadIdx.x + k * blockDim.x;",
+                      f"{ind}  if ({var} < {self.extent}) {{"] + \
+                [f"{ind}    {b}" for b in body] + [f"{ind}  }}"]
+        else:
+            lines += [f"{ind}  if (threadIdx.x + k * blockDim.x < {self.extent}) {b}"
+                      for b in body]
+        return lines + [f"{ind}}}"]
+
+    def lse_combine(self, kind: RowKind, ind: str) -> list[str]:
+        t, keep = self.acc.ctype, kind is RowKind.SOFTMAX
+        body = [f"{{ const {t} e = {self.exp}(rc[k] - rm); rs += e;"
+                + (" rc[k] = e;" if keep else "") + " }"]
+        return [f"{ind}rm = dlcb_block_allmax(rm);"] + self.cached_loop(body, ind) + \
+            [f"{ind}rs = dlcb_block_allsum(rs);"]
+
     def stmt(self, s) -> str:
-        return super().stmt(replace(s, value="rc[k]") if isinstance(s, RowOutput) else s)
+        if isinstance(s, RowAccumulate) and s.kind is not RowKind.NORM:
+            return f"rm = {self.max_fn}(rm, {s.value});"
+        if isinstance(s, RowOutput):
+            s = replace(s, value="rc[k]")
+            if s.kind is RowKind.SOFTMAX:   # rc holds exp(x - rm)
+                return self.let(s.dtype, s.name, self.cast(s.dtype, "rc[k] / rs"))
+        return super().stmt(s)
 
 
 def _row_passes(k: KernelBody, ind: str) -> list[str]:
     """A block-per-row kernel's statements: those before its first pass, then the passes with
     the row in registers where it fits (``ROW_CACHE``), else reading the row twice."""
     first = next((i for i, s in enumerate(k.stmts) if isinstance(s, Loop)), None)
+    init = next((s for s in k.stmts if isinstance(s, RowInit)), None)
     plain = _Cuda(k)
-    if not k.cooperative or first is None or not any(isinstance(s, RowInit) for s in k.stmts):
+    if not k.cooperative or first is None or init is None:
         return plain.block(k.stmts, ind)
-    cached, inner = _CudaRowCached(k), ind + "  "
-    head = plain.block(k.stmts[:first], ind)
-    cached.acc = plain.acc
+    head, inner = plain.block(k.stmts[:first], ind), ind + "  "
+    cached = _CudaRowCached(k, init.kind, plain.acc)
     return head + [f"{ind}if ({k.stmts[first].extent} <= {ROW_CACHE} * (I)blockDim.x) {{",
-                   f"{inner}{k.dtype.reg.ctype} rc[{ROW_CACHE}];"] + \
+                   f"{inner}{cached.rc_type} rc[{ROW_CACHE}];"] + \
         cached.block(k.stmts[first:], inner) + [f"{ind}}} else {{"] + \
         plain.block(k.stmts[first:], inner) + [f"{ind}}}"]
 

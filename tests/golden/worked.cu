@@ -125,8 +125,11 @@ template <typename T> __device__ __forceinline__ T dlcb_block_broadcast(T v) {
   __syncthreads();
   return b;
 }
-__device__ __forceinline__ double dlcb_block_allsum(double v) {
-  return dlcb_block_broadcast(dlcb_block_reduce<double>(v, 0.0, dlcb_sum_op()));
+template <typename T> __device__ __forceinline__ T dlcb_block_allsum(T v) {
+  return dlcb_block_broadcast(dlcb_block_reduce<T>(v, T(0), dlcb_sum_op()));
+}
+template <typename T> __device__ __forceinline__ T dlcb_block_allmax(T v) {
+  return dlcb_block_broadcast(dlcb_block_reduce<T>(v, T(-INFINITY), dlcb_max_op()));
 }
 // (m, s) combined over the block with dlcb_lse_merge; every thread gets the result.
 template <typename T> __device__ __forceinline__ void dlcb_block_lse(T& m, T& s) {
