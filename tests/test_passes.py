@@ -225,6 +225,49 @@ def test_softmax_pattern_needs_one_axis_for_both_reductions():
     x = torch.randn(4, 3, 5)
     torch.testing.assert_close(cm(x), m(x), rtol=1e-6, atol=1e-7)
 
+class NormAffine(torch.nn.Module):
+    """layer_norm without affine, then an elementwise scale and shift broadcast against it."""
+
+    def __init__(self, shift=True, twice=False):
+        super().__init__()
+        self.shift, self.twice = shift, twice
+
+    def forward(self, x, s, b):
+        y = torch.nn.functional.layer_norm(x, x.shape[-2:])
+        z = y * s + b if self.shift else s * y
+        return (z, y) if self.twice else z
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_norm_affine_epilogue_is_the_row_kernel(shift):
+    """layer_norm(x) * s + b with per-channel s, b (and DiT's per-sample modulation, s of shape
+    [N, C, 1, 1]): one row kernel, on several shapes of one compile, NaN rows as eager."""
+    m = NormAffine(shift)
+    for sshape in ((1, 3, 1, 1), (2, 3, 1, 1)):
+        s, b = torch.randn(sshape), torch.randn(sshape)
+        dyn = {0: {2: "H", 3: "W"}} if sshape[0] == 2 else {0: {0: "N", 2: "H", 3: "W"}}
+        cm = dl.compile(m, (torch.randn(2, 3, 5, 4), s, b), dynamic=dyn, backend="cpu")
+        assert [st.ops for st in cm.pipeline.partition.steps] == [("layer_norm",)]
+        assert any(c.startswith("norm_affine") for r in cm.pipeline.passes for c in r.changes)
+        for h, w in ((5, 4), (1, 7), (9, 9)):
+            x = torch.randn(2, 3, h, w) * 3 + 1
+            x[1, 2, 0, 0] = float("inf")   # that row NaN, as eager's
+            torch.testing.assert_close(cm(x, s, b), m(x, s, b), rtol=1e-5, atol=1e-6,
+                                       equal_nan=True)
+
+
+def test_norm_affine_stays_apart_where_eager_rounds_or_reads_the_norm():
+    x, s = torch.randn(2, 3, 5, 4), torch.randn(1, 3, 1, 1)
+    # the normalized tensor is also an output: its own buffer, the epilogue its own kernel
+    cm = dl.compile(NormAffine(twice=True), (x, s, s), backend="cpu")
+    assert len(cm.pipeline.partition.steps) == 2
+    # 16-bit: eager rounds after the norm, the scale and the shift
+    h = (x.to(torch.bfloat16), s.to(torch.bfloat16), s.to(torch.bfloat16))
+    cm = dl.compile(NormAffine(), h, backend="cpu")
+    assert len(cm.pipeline.partition.steps) == 2
+    torch.testing.assert_close(cm(*h), NormAffine()(*h), rtol=0, atol=0)
+
+
 # --- channels_last: convolutions and pools in NHWC, as permutes in the IR -----------------------
 
 def _layer1():

@@ -340,6 +340,35 @@ def _softmax_written_out(g: Graph, n: Node, use: dict) -> str | None:
     n.op, n.inputs, n.attrs = OPS["softmax"], (x,), {"axes": axes}
     return f"%{n.out.name}: exp(%{x.name} - amax) / sum -> softmax(%{x.name}, axis {axes[0]})"
 
+
+def _norm_affine(g: Graph, n: Node, use: dict) -> str | None:
+    """layer_norm(x) * w  ->  layer_norm(x, w);   layer_norm(x, w) + b  ->  layer_norm(x, w, b)
+    (w, b broadcast against x: ``affine="full"``; float32 and float64)
+
+    The affine epilogue of a norm without its own weight and bias (GroupNorm-like modulation,
+    ``F.layer_norm(x, s) * scale + shift``) is computed in the row kernel's output pass instead
+    of a kernel of its own that reads the normalized tensor back. In double, rounded once: a
+    16-bit result would differ from eager's three roundings, so those stay separate."""
+    if n.op.name not in ("mul", "add") or len(n.inputs) != 2 or \
+            n.out.dtype not in (torch.float32, torch.float64):
+        return None
+    for y, p in (n.inputs, n.inputs[::-1]):
+        ln = y.producer if isinstance(y, Value) else None
+        if ln is None or ln.op.name != "layer_norm" or not isinstance(p, Value) or p is y or \
+                len(ln.inputs) != (1 if n.op.name == "mul" else 2) or \
+                ln.attrs.get("affine", "full" if len(ln.inputs) == 1 else "row") != "full" or \
+                {y.dtype, p.dtype} != {n.out.dtype} or g.dims(n.out) != g.dims(y) or \
+                len(use.get(y.id, ())) != 1 or any(o is y for o in g.outputs):
+            continue
+        n.op, n.inputs = ln.op, (*ln.inputs, p)
+        n.attrs = {**ln.attrs, "affine": "full"}
+        g.nodes.remove(ln)
+        what = "weight" if len(n.inputs) == 2 else "bias"
+        return f"%{n.out.name}: layer_norm %{y.name} {'*+'[what == 'bias']} %{p.name} -> " \
+               f"its {what}"
+    return None
+
+
 REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
@@ -355,6 +384,7 @@ REWRITES: list[tuple[str, Rule]] = [
     ("matmul_of_weight", _matmul_of_weight),    # matmul(x, W const) -> linear(x, W.T)
     ("linear_bias", _linear_bias),              # linear + b read by libraries -> linear(b)
     ("softmax_written_out", _softmax_written_out),  # exp(x - amax) / sum(..) -> softmax(x)
+    ("norm_affine", _norm_affine),              # layer_norm(x) * w + b -> layer_norm(x, w, b)
 ]
 
 

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ...dims import Shape, shape
+from ...dims import Shape, lit, shape
 from ...errors import ShapeError
 from .core import Coords, OpDef, OpKind, register
+from .elementwise import broadcast_coords
 
 if TYPE_CHECKING:
     from ..graph import Graph, Node
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 class RowKind(enum.Enum):
     SOFTMAX = "softmax"           # exp(x - m) / s
     LOG_SOFTMAX = "log_softmax"   # x - m - log(s)
-    NORM = "norm"                 # (x - mean) * rsqrt(var + eps) [* weight + bias]
+    NORM = "norm"                 # (x - mean) * rsqrt(var + eps) [* weight [+ bias]]
 
 
 ROW_KINDS = {"softmax": RowKind.SOFTMAX, "log_softmax": RowKind.LOG_SOFTMAX,
@@ -39,10 +40,18 @@ def _infer_row(g: "Graph", node: "Node") -> Shape:
     if not x.dtype.is_floating_point:
         raise ShapeError(f"{node.op.name} of {x.dtype}")
     dims = g.dims(x)
-    for i, p in enumerate(affine):   # layer norm's weight and bias: the row's shape
-        if p.rank != len(axes):
+    full = node.attrs.get("affine") == "full"
+    for i, p in enumerate(affine):
+        if full:   # broadcast against the input, axes right-aligned
+            if p.rank > x.rank:
+                raise ShapeError(f"affine operand {i} has rank {p.rank}, the input {x.rank}")
+            off = x.rank - p.rank
+            pairs = [(k, k + off) for k in range(p.rank) if g.dims(p)[k] is not lit(1)]
+        elif p.rank != len(axes):   # layer norm's own weight and bias: the row's shape
             raise ShapeError(f"affine operand {i} has rank {p.rank}, the row {len(axes)}")
-        for k, a in enumerate(axes):
+        else:
+            pairs = list(enumerate(axes))
+        for k, a in pairs:
             g.constrain(g.dims(p)[k], dims[a], node, f"affine operand {i} axis {k} with input "
                                                      f"axis {a}")
     return shape(dims)
@@ -50,11 +59,15 @@ def _infer_row(g: "Graph", node: "Node") -> Shape:
 
 def reverse_row(g: "Graph", node: "Node", coords: Coords, *, loops: Coords) -> list[Coords]:
     """Input coordinates of row element ``loops`` (one variable per row axis) of the row at
-    ``coords`` (the non-row coordinates; row axes ignored), and the affine operands'."""
+    ``coords`` (the non-row coordinates; row axes ignored), and the affine operands': indexed by
+    the row's coordinates, or (``affine="full"``) broadcast against the whole input."""
     axes = node.attrs["axes"]
     full = list(coords)
     for a, lv in zip(axes, loops):
         full[a] = lv
+    if node.attrs.get("affine") == "full":
+        dims = g.dims(node.out)
+        return [full] + [broadcast_coords(g, p, dims, full) for p in node.inputs[1:]]
     return [full] + [list(loops) for _ in node.inputs[1:]]
 
 
@@ -62,8 +75,11 @@ def _ref_softmax(x, axes, log=False):
     return (F.log_softmax if log else F.softmax)(x, axes[0])
 
 
-def _ref_layer_norm(x, weight=None, bias=None, *, axes, eps):
-    return F.layer_norm(x, [x.shape[a] for a in axes], weight, bias, eps)
+def _ref_layer_norm(x, weight=None, bias=None, *, axes, eps, affine="row"):
+    if affine == "row":
+        return F.layer_norm(x, [x.shape[a] for a in axes], weight, bias, eps)
+    y = F.layer_norm(x, [x.shape[a] for a in axes], None, None, eps) * weight
+    return y if bias is None else y + bias
 
 
 def _sample_softmax(n: int):
