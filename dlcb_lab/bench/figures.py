@@ -101,7 +101,8 @@ def fig2(df: "pd.DataFrame"):
     batches = sorted(sp.batch.dropna().unique())
     systems = _systems(sp.system)
     models = list(dict.fromkeys(sp.model))
-    fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches) + 1, 4.2),
+    panel = max(4.2, 0.3 * len(models))   # inches: about a third of one per model group
+    fig, axes = plt.subplots(1, len(batches), figsize=(panel * len(batches) + 1, 4.2),
                              squeeze=False, sharey=True)
     for ax, b in zip(axes[0], batches):
         at = sp[sp.batch == b].set_index(["model", "system"]).speedup

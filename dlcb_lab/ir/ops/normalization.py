@@ -1,9 +1,11 @@
 """Row-wise normalizations, one kernel each (``OpKind.ROW``): a row is the set of elements that
 share every coordinate outside ``axes``. A kernel makes two passes over each row: the first folds
-the row into accumulators (softmax: running max and rescaled sum of exponentials; layer norm: sum
-and sum of squares, in double), the second writes every element of the row. So the input (and any
-chain fused into it) is read twice, or once where the CUDA block-per-row kernel holds the row in
-registers (``kgen.emit.ROW_CACHE``)."""
+the row into accumulators (softmax: running max and rescaled sum of exponentials, or, with the row
+in registers, its max and then the sum; layer norm: sum and sum of squares, in double), the second
+writes every element of the row (layer norm: times ``weight``, plus ``bias``; indexed by the row,
+or broadcast against the input where ``affine="full"``, from ``rewrite.norm_affine``). So the
+input (and any chain fused into it) is read twice, or once where the CUDA block-per-row kernel
+holds the row in registers (``kgen.emit.ROW_CACHE``)."""
 
 from __future__ import annotations
 
