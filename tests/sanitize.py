@@ -74,7 +74,8 @@ def summarize(folder: Path) -> list[dict]:
     return rows
 
 
-def workload(big: bool = False) -> None:
+def workload(big: bool = False, cudnn: bool = True) -> None:
+    """``cudnn`` False: convolutions on ATen's own kernels (initcheck: see ``.ci/gpu_sanitize``)."""
     import torch
     import torchvision
 
@@ -83,6 +84,7 @@ def workload(big: bool = False) -> None:
     from dlcb_lab.runtime import thunks
 
     dev = "cuda"
+    torch.backends.cudnn.enabled = cudnn
 
     class Affine(torch.nn.Module):
         def forward(self, x, s):
@@ -139,7 +141,7 @@ def workload(big: bool = False) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["workload"]:
-        workload(big="--big" in sys.argv)
+        workload(big="--big" in sys.argv, cudnn="--no-cudnn" not in sys.argv)
     elif sys.argv[1:2] == ["summarize"]:
         rows = summarize(Path(sys.argv[2]))
         for r in rows:
