@@ -38,10 +38,10 @@ test-slow: setup
 	$(PY) -m pytest -q -n 2 -m slow tests
 
 # Differential fuzzing: 10,000 random graphs against eager on the CPU (about 40 minutes on one
-# core); failures shrink to tests/fuzz_cases/*.json, which the suite replays. FUZZ_ARGS adds
-# options (--seed S, --device cuda, --graphs N).
+# core), one process per core; failures shrink to tests/fuzz_cases/*.json, which the suite
+# replays. FUZZ_ARGS adds options (--seed S, --device cuda, --graphs N, --jobs J).
 fuzz: setup
-	cd tests && ../$(PY) fuzz.py --graphs 10000 $(FUZZ_ARGS)
+	cd tests && ../$(PY) fuzz.py --graphs 10000 --jobs $(shell nproc) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV)

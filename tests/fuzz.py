@@ -10,7 +10,8 @@ wrong value, a shape mismatch or any other exception is a failure. A failure shr
 failing prefix, then each step dropped where the rest stays valid) and is saved as JSON under
 ``tests/fuzz_cases/``; ``tests/test_fuzz.py`` replays every saved case and runs a bounded slice.
 
-    python tests/fuzz.py --graphs 10000 [--seed 0] [--device cpu|cuda] [--save tests/fuzz_cases]
+    python tests/fuzz.py --graphs 10000 [--seed 0] [--device cpu|cuda] [--jobs J]
+                         [--save tests/fuzz_cases]
 """
 
 from __future__ import annotations
@@ -576,6 +577,31 @@ def save(case: Case, detail: str, folder: Path = CASES) -> Path:
     return path
 
 
+def run_range(start: int, graphs: int, device: str, steps: int, folder: Path,
+              no_shrink: bool) -> tuple[dict[str, int], int]:
+    """Graphs ``start .. start + graphs - 1``: their statuses counted, failures shrunk and saved,
+    and the compiled calls checked."""
+    counts: dict[str, int] = {}
+    calls = 0
+    t0 = time.perf_counter()
+    for i in range(start, start + graphs):
+        case = generate(i, steps)
+        out = run_case(case, device)
+        counts[out.status] = counts.get(out.status, 0) + 1
+        calls += out.calls
+        if out.status == "refused":
+            print(f"graph {i}: refused: {out.detail[:200]}", flush=True)
+        if out.status == "fail":
+            small = case if no_shrink else shrink(case, device)
+            detail = run_case(small, device).detail or out.detail
+            path = save(small, detail, folder)
+            print(f"graph {i}: FAIL -> {path.name}: {detail.splitlines()[0][:200]}", flush=True)
+        if (i + 1 - start) % 50 == 0:
+            print(f"graphs {start}..{i}: {calls} calls, {counts}, {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+    return counts, calls
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graphs", type=int, default=200)
@@ -584,26 +610,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="most steps per graph")
     ap.add_argument("--save", type=Path, default=CASES, help="folder for shrunk failing cases")
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes, each a contiguous share of the graphs (one GPU: they share it)")
     a = ap.parse_args(argv)
-    counts: dict[str, int] = {}
-    calls = 0
     t0 = time.perf_counter()
-    for i in range(a.graphs):
-        case = generate(a.seed + i, a.steps)
-        out = run_case(case, a.device)
-        counts[out.status] = counts.get(out.status, 0) + 1
-        calls += out.calls
-        if out.status == "refused":
-            print(f"graph {a.seed + i}: refused: {out.detail[:200]}", flush=True)
-        if out.status == "fail":
-            small = case if a.no_shrink else shrink(case, a.device)
-            detail = run_case(small, a.device).detail or out.detail
-            path = save(small, detail, a.save)
-            print(f"graph {a.seed + i}: FAIL -> {path.name}: {detail.splitlines()[0][:200]}",
-                  flush=True)
-        if (i + 1) % 50 == 0:
-            print(f"{i + 1} graphs, {calls} calls, {counts}, {time.perf_counter() - t0:.0f} s",
-                  flush=True)
+    jobs = max(1, min(a.jobs, a.graphs))
+    share = [a.graphs // jobs + (j < a.graphs % jobs) for j in range(jobs)]
+    starts = [a.seed + sum(share[:j]) for j in range(jobs)]
+    rest = (a.device, a.steps, a.save, a.no_shrink)
+    if jobs == 1:
+        results = [run_range(a.seed, a.graphs, *rest)]
+    else:   # spawned: a forked child would inherit the parent's CUDA context
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            results = list(ex.map(run_range, starts, share, *([r] * jobs for r in rest)))
+    counts: dict[str, int] = {}
+    for c, _ in results:
+        for k, v in c.items():
+            counts[k] = counts.get(k, 0) + v
+    calls = sum(n for _, n in results)
     print(f"done: {a.graphs} graphs, {calls} compiled calls checked, {counts}, "
           f"{time.perf_counter() - t0:.0f} s")
     return 1 if counts.get("fail") else 0

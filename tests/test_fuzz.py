@@ -4,7 +4,10 @@ failure shrinks, a refusal is not a failure). ``make fuzz`` runs 10,000 graphs."
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+from collections import Counter
 
 import pytest
 import torch
@@ -133,3 +136,15 @@ def test_sanitizer_logs_tell_generated_kernels_from_library_ones(tmp_path):
     assert rows["racecheck"]["errors"] == 0 and rows["racecheck"]["complete"]
     ini = rows["initcheck"]
     assert (ini["errors"], ini["generated"], ini["complete"]) == (1, 1, False), ini
+
+
+def test_jobs_split_the_seeds_and_sum_the_counts(capsys, tmp_path):
+    """``--jobs 2``: two spawned processes, seeds 40..44 and 45..48, one line of totals; the same
+    counts as the graphs run one by one."""
+    assert fuzz.main(["--graphs", "9", "--seed", "40", "--jobs", "2", "--save", str(tmp_path)]) == 0
+    done = capsys.readouterr().out.strip().splitlines()[-1]
+    alone = [run_case(generate(s)) for s in range(40, 49)]
+    m = re.fullmatch(r"done: 9 graphs, (\d+) compiled calls checked, (\{.*\}), \d+ s", done)
+    assert m, done
+    assert int(m[1]) == sum(o.calls for o in alone)
+    assert ast.literal_eval(m[2]) == dict(Counter(o.status for o in alone))
