@@ -102,6 +102,13 @@ def _softmax_written(x: torch.Tensor, dim: int) -> torch.Tensor:
     return e / e.sum(dim, keepdim=True)
 
 
+def _layer_norm_affine(v, p, c) -> torch.Tensor:
+    """layer_norm without its own affine, then a scale and a shift broadcast against it (one row
+    kernel after ``rewrite.norm_affine``)."""
+    y = F.layer_norm(v[0], v[0].shape[-p["n"]:]) * c[p["w"]]
+    return y + c[p["b"]] if p["shift"] else y
+
+
 def _ops() -> dict[str, Op]:
     every = lambda s: True   # noqa: E731
     none = lambda r, s: {}   # noqa: E731
@@ -125,6 +132,9 @@ def _ops() -> dict[str, Op]:
                             lambda v, p, c: torch.log_softmax(v[0], p["dim"]))
     ops["layer_norm"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"n": r.randint(
         1, len(s[0]) - 1)}, lambda v, p, c: F.layer_norm(v[0], v[0].shape[-p["n"]:]))
+    ops["layer_norm_affine"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {
+        "n": r.randint(1, len(s[0]) - 1), "shift": r.random() < 0.7,
+        "axes": [a for a in range(1, len(s[0])) if r.random() < 0.5]}, _layer_norm_affine)
     ops["transpose"] = Op(1, lambda s: len(s[0]) >= 3, lambda r, s: {"a": r.sample(range(
         1, len(s[0])), 2)}, lambda v, p, c: v[0].transpose(*p["a"]))
     ops["permute"] = Op(1, lambda s: len(s[0]) >= 3,
@@ -261,6 +271,11 @@ class Program(torch.nn.Module):
                 consts += [torch.randn(p["out"], s[0][1] // p["groups"], p["k"], p["k"],
                                        generator=g).to(dt) / p["k"],
                            torch.randn(p["out"], generator=g).to(dt)]
+            elif st["op"] == "layer_norm_affine":   # [1, ...]: varies along p["axes"]
+                shape = [d if a in p["axes"] else 1 for a, d in enumerate(s[0])]
+                p["w"], p["b"] = len(consts), len(consts) + 1
+                consts += [torch.randn(shape, generator=g).to(dt),
+                           torch.randn(shape, generator=g).to(dt)]
             elif st["op"] == "embedding":
                 p["w"] = len(consts)
                 consts.append(torch.randn(VOCAB, p["dim"], generator=g).to(dt))
