@@ -257,17 +257,11 @@ def lowering(n: fx.Node) -> tuple[Callable, bool] | None:
 
 
 def supported(n: fx.Node) -> bool:
-    """Whether ``n`` lowers (size arithmetic and tuple access always do)."""
-    if n.op != "call_function":
+    """Whether ``n`` lowers (size-level nodes, tuple access and autocast regions always do)."""
+    if n.op != "call_function" or n.target in _SIZE_TARGETS or n.target is operator.getitem or \
+            n.target is wrap_with_autocast:
         return True
-    if n.target is operator.getitem or n.target in _SIZE_ARITH or n.target in _SIZE_CMP or \
-            n.target in _SIZE_LOGIC or n.target in _SIZE_ROUND or n.target is operator.truediv \
-            or n.target is wrap_with_autocast:
-        return True
-    name = _packet(n)
-    return name in _NO_OPS or name in _SIZE_FNS or name in ("_assert_scalar",
-                                                             "sym_storage_offset") or \
-        lowering(n) is not None
+    return _packet(n) in _SIZE_PACKETS or lowering(n) is not None
 
 
 def unsupported_nodes(graph: fx.Graph, folded: set = frozenset()) -> list[str]:
@@ -537,6 +531,11 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
 
 _TENSORS = object()
 """``_on_sizes``: the node computes on tensors (a lowering's job)."""
+
+_SIZE_TARGETS = {operator.truediv, *_SIZE_ARITH, *_SIZE_CMP, *_SIZE_LOGIC, *_SIZE_ROUND}
+_SIZE_PACKETS = {*_NO_OPS, *_SIZE_FNS, "_assert_scalar", "sym_storage_offset"}
+"""The Python targets and ATen packets ``_on_sizes`` computes (on sizes; the arithmetic, the
+comparisons and the logic on tensors go to the lowerings)."""
 
 
 def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict) -> Any:
