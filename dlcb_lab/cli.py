@@ -1,7 +1,8 @@
 """``dlcb-lab``: the command line.
 
     dlcb-lab bench [options]     a benchmark sweep (``bench.harness``; ``dlcb-lab bench -h``)
-    dlcb-lab figures [CSV ...]   Fig. 2 and Fig. 3 as PNG and SVG (``bench.figures``)
+    dlcb-lab figures [CSV ...]   Fig. 2 and Fig. 3 as PNG and SVG, the headline numbers and
+                                 Stage 4's targets (``bench.figures``)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def _figures(a) -> int:
     for p in figures.write(df, a.out):
         print(p)
     print(figures.headline(df).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(figures.targets(df).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     return 0
 
 

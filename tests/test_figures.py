@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dlcb_lab import cli
@@ -76,3 +77,36 @@ def test_notebook_draws_its_figures(name):
     tables = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if "text/html" in o.get("data", {})]
     assert tables   # the headline / phase tables render as HTML
+
+
+def test_targets_measured_on_the_rows(tmp_path):
+    rows = []
+    for b, eager, dyn, static in ((1, 1.0, 0.40, 0.39), (32, 4.0, 1.0, 0.80)):
+        shape = dict(peak_mb=100.0) if b == 32 else {}
+        rows += _rows("resnet18", "eager", b, eager, **shape)
+        rows += _rows("resnet18", "torch.compile-cudagraphs", b, eager / 2)
+        rows += _rows("resnet18", "dlcb-static", b, static)
+        first = dict(compile_s=0.3) if b == 1 else dict(recompile_s=0.0, first_call_ms=12.0)
+        rows += _rows("resnet18", "dlcb-dynamic", b, dyn, recompiles=0, **first,
+                      **(dict(peak_mb=130.0) if b == 32 else {}))
+    rows += _rows("bert", "eager", 2, 3.0) + _rows("bert", "dlcb-dynamic", 2, 1.0)
+    rows += _rows("bert", "torch.compile-dynamic", 2, 1.5)
+    bm.frame(rows).to_csv(tmp_path / "models.csv", index=False)
+    t = figures.targets(figures.load([tmp_path / "models.csv"])).set_index("target")
+
+    def row(start):
+        (hit,) = [k for k in t.index if k.startswith(start)]
+        return t.loc[hit]
+
+    assert math.isclose(row("images: DLCB dynamic / reduce").measured, math.sqrt(2.5 * 4) / 2)
+    assert math.isclose(row("images: DLCB dynamic geomean").measured, math.sqrt(2.5 * 4))
+    assert row("images: slowest").measured == 2.5 and row("images: slowest").met
+    worst = row("images: worst DLCB dynamic / static")
+    assert math.isclose(worst.measured, 1.25) and not worst.met   # batch 32: 1.0 against 0.8 ms
+    assert math.isclose(row("transformers: DLCB dynamic / torch.compile dynamic").measured, 1.5)
+    assert math.isnan(row("transformers: DLCB dynamic / reduce").measured)
+    assert row("transformers: DLCB dynamic / reduce").met is pd.NA
+    assert row("a new shape").measured == 12.0 and row("a new shape").met
+    assert row("cold compile, DLCB dynamic, median").measured == 0.3
+    assert row("recompiles").measured == 0 and row("recompiles").met
+    assert math.isclose(row("peak memory").measured, 1.3) and not row("peak memory").met

@@ -54,7 +54,10 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  eager-cudagraph its capture, torch.compile the recompile inside the call,
                  dlcb-dynamic and eager the call alone (so ~0)
   first_call_ms  wall ms of the first call at the shape after its setup (torch.compile compiles
-                 inside the call: its compile is included)
+                 inside the call: its compile is included; eager's is warm for cuDNN: the
+                 reference outputs, computed in the setup at every shape, built cuDNN's plans
+                 for its NCHW convolutions, where DLCB's channels-last ones are built in its
+                 first call, about 1.2 ms a convolution on the H200)
   max_rel_err    ``zoo.rel_error`` of that first result vs eager's (max |y - y_eager| / max
                  |y_eager| over all outputs; inf on shape/dtype mismatch or non-finite values);
                  ``error`` set when above ``Config.tol`` (fp32: ``zoo.GPU_TOL`` on cuda,
