@@ -267,6 +267,8 @@ def targets(df: "pd.DataFrame") -> "pd.DataFrame":
     mem = (peak["dlcb-dynamic"] / peak["eager"]).max() \
         if {"dlcb-dynamic", "eager"} <= set(peak.columns) else math.nan
     dyn = "dlcb-dynamic"
+    rc = df[(df.metric == "recompiles") & (df.system == dyn) & df.value.notna()]
+    recompiles = rc.groupby("model").value.max().sum(min_count=1)   # cumulative per cell
     rows = [
         ("images: DLCB dynamic / reduce-overhead, geomean speedup", gm(img, dyn) /
          gm(img, "torch.compile-cudagraphs"), ">=", 1.0),
@@ -283,7 +285,7 @@ def targets(df: "pd.DataFrame") -> "pd.DataFrame":
              df[df.metric == "recompile_s"].set_index(CELL).index)].value.max(), "<=", 20.0),
         ("cold compile, DLCB dynamic, median s", cells("compile_s", dyn).median(), "<=", 0.5),
         ("cold compile, DLCB dynamic, worst s", cells("compile_s", dyn).max(), "<=", 2.0),
-        ("recompiles, DLCB dynamic, total", cells("recompiles", dyn).sum(min_count=1), "<=", 0),
+        ("recompiles, DLCB dynamic, total over models", recompiles, "<=", 0),
         # peak_mb is above the module's weights and the inputs: DLCB's own constants (folded,
         # NHWC) and graph pools count against eager's activations alone
         ("peak memory at batch 32 above the weights, DLCB dynamic / eager, worst model", mem,
