@@ -497,17 +497,51 @@ def test_linear_bias_in_the_library_call():
     cm = dl.compile(m, (torch.randn(2, 5, 16),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
     calls = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
     assert [(st.op.name, len(st.operands)) for st in calls] == \
-        [("linear", 3)] * 3 + [("sdpa", 3), ("linear", 3), ("matmul", 2)]
+        [("linear", 3), ("sdpa", 3), ("linear", 3), ("matmul", 2)]   # q, k, v: one GEMM
     assert not any(s.kind == "generated" for s in cm.pipeline.partition.steps), \
         cm.pipeline.partition   # every add is in a GEMM, every view a strided operand
     changes = [c.split(":")[0] for p in cm.pipeline.passes if p.name == "rewrite"
                for c in p.changes]
     assert changes.count("linear_bias") == 4 and changes.count("matmul_of_weight") == 1
-    (w, views) = calls[4].operands[1]   # the Conv1D weight reaches cuBLAS as a transposed view
+    assert changes.count("merge_linears") == 1
+    (w, views) = calls[2].operands[1]   # the Conv1D weight reaches cuBLAS as a transposed view
     assert w.src is Src.INPUT and [v.name for v in views] == ["as_strided"]
     assert cm._constants[w.index - 1].data_ptr() == m.w.data_ptr()   # of itself: no copy
     for n, L in ((1, 5), (3, 7), (2, 1)):
         _close(cm, m, torch.randn(n, L, 16))
+
+
+class GatedMLP(nn.Module):
+    """A SwiGLU feed-forward (gate and up read x) beside a linear of another input and one of x
+    with its bias in a kernel: only the two alike are merged."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.up = nn.Linear(8, 12, bias=False), nn.Linear(8, 12, bias=False)
+        self.other, self.down = nn.Linear(8, 12, bias=False), nn.Linear(12, 8, bias=False)
+        self.w = nn.Parameter(torch.randn(4, 8))
+
+    def forward(self, x, y):
+        h = self.down(F.silu(self.gate(x)) * self.up(x)) + self.other(y)[..., :8]
+        return h, F.linear(x, self.w) + 1.0
+
+
+def test_linears_of_one_input_are_one_gemm():
+    """gate(x) and up(x) become one GEMM and two slices the SwiGLU kernel reads; the linear of
+    y stays; F.linear(x, w) + 1 (its bias left to a kernel: three operands against two) joins
+    the merge too, as a weight-only linear of x."""
+    torch.manual_seed(0)
+    m = GatedMLP().eval()
+    ex = (torch.randn(2, 5, 8), torch.randn(2, 5, 8))
+    cm = dl.compile(m, ex, dynamic={0: {0: "N", 1: "L"}, 1: {0: "N", 1: "L"}}, backend="cpu")
+    calls = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
+    assert [st.op.name for st in calls] == ["linear"] * 3, calls
+    merged = [c for p in cm.pipeline.passes for c in p.changes if c.startswith("merge_linears")]
+    assert len(merged) == 1 and "3 linears of %x" in merged[0], merged
+    for n, L in ((1, 5), (3, 7), (2, 1), (0, 3)):
+        x, y = torch.randn(n, L, 8), torch.randn(n, L, 8)
+        for got, want in zip(cm(x, y), m(x, y)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 # --- fx.wrap'd functions, branches and asserts on sizes ---------------------------------------------

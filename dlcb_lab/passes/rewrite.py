@@ -369,6 +369,43 @@ def _norm_affine(g: Graph, n: Node, use: dict) -> str | None:
     return None
 
 
+def _merge_linears(g: Graph, n: Node, use: dict) -> str | None:
+    """linear(x, W1, b1), linear(x, W2, b2), ..  ->  y = linear(x, [W1; W2; ..], [b1; b2; ..]),
+    each result a slice of y's last axis   (constant weights, and biases if any, of one dtype)
+
+    Attention's q, k and v projections (BERT), a SwiGLU's gate and up: one GEMM reads ``x``
+    once, with the weights side by side, instead of one GEMM each. The merged weights are new
+    constants: their bytes again on the device, the module keeping its own."""
+    if n.op.name != "linear" or not isinstance(n.inputs[0], Value):
+        return None
+    x = n.inputs[0]
+
+    def consts(m: Node) -> list[torch.Tensor] | None:
+        ts = [constant_of(g, p) if isinstance(p, Value) else None for p in m.inputs[1:]]
+        return ts if all(t is not None for t in ts) else None
+
+    mine = consts(n)
+    if mine is None:
+        return None
+    sibs = [(m, ts) for m in use.get(x.id, ()) if m.op.name == "linear" and m.inputs[0] is x and
+            len(m.inputs) == len(n.inputs) and (ts := consts(m)) is not None and
+            all(t.dtype == mine[0].dtype for t in ts) and ts[0].shape[1] == mine[0].shape[1]]
+    if len(sibs) < 2 or sibs[0][0] is not n:   # placed where the first of them was
+        return None
+    parts = [torch.cat([ts[k] for _, ts in sibs]) for k in range(len(mine))]
+    names = [f"{p.name}_cat{len(sibs)}" for p in n.inputs[1:]]
+    y = g.apply("linear", x, *(g.constant(nm, t) for nm, t in zip(names, parts)),
+                name=f"{n.out.name}_merged", where=n.where, insert_before=n)
+    start = 0
+    for m, ts in sibs:
+        width = ts[0].shape[0]
+        m.op, m.inputs = OPS["slice"], (y,)
+        m.attrs = {"dim": x.rank - 1, "start": start, "length": width, "step": 1}
+        start += width
+    return f"%{y.name}: {len(sibs)} linears of %{x.name} " \
+           f"({', '.join('%' + m.out.name for m, _ in sibs)}) as one, each a slice"
+
+
 REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
@@ -383,6 +420,7 @@ REWRITES: list[tuple[str, Rule]] = [
     ("sdpa_heads_inner", _sdpa_heads_inner),    # sdpa -> permute(sdpa as [N, L, H, D])
     ("matmul_of_weight", _matmul_of_weight),    # matmul(x, W const) -> linear(x, W.T)
     ("linear_bias", _linear_bias),              # linear + b read by libraries -> linear(b)
+    ("merge_linears", _merge_linears),          # linear(x, Wi) .. -> slices of linear(x, [Wi])
     ("softmax_written_out", _softmax_written_out),  # exp(x - amax) / sum(..) -> softmax(x)
     ("norm_affine", _norm_affine),              # layer_norm(x) * w + b -> layer_norm(x, w, b)
 ]
