@@ -109,6 +109,11 @@ def _layer_norm_affine(v, p, c) -> torch.Tensor:
     return y + c[p["b"]] if p["shift"] else y
 
 
+def _gated_linear(v, p, c) -> torch.Tensor:
+    """A SwiGLU's two projections of one input (one GEMM after ``rewrite.merge_linears``)."""
+    return F.silu(F.linear(v[0], c[p["w"]])) * F.linear(v[0], c[p["w"] + 1])
+
+
 def _ops() -> dict[str, Op]:
     every = lambda s: True   # noqa: E731
     none = lambda r, s: {}   # noqa: E731
@@ -165,6 +170,8 @@ def _ops() -> dict[str, Op]:
     ops["linear"] = Op(1, lambda s: len(s[0]) >= 1 and s[0][-1] >= 1,
                        lambda r, s: {"out": r.randint(1, 6), "bias": r.random() < 0.7},
                        lambda v, p, c: F.linear(v[0], c[p["w"]], c[p["b"]] if p["bias"] else None))
+    ops["gated_linear"] = Op(1, lambda s: len(s[0]) >= 1 and s[0][-1] >= 1,
+                             lambda r, s: {"out": r.randint(1, 6)}, _gated_linear)
     ops["matmul"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"out": r.randint(1, 5)},
                        lambda v, p, c: v[0] @ c[p["w"]])
     ops["conv2d"] = Op(1, lambda s: len(s[0]) == 4 and min(s[0][2:]) >= 3, _conv_params, _conv)
@@ -263,6 +270,9 @@ class Program(torch.nn.Module):
                 p["w"], p["b"] = len(consts), len(consts) + 1
                 consts += [torch.randn(p["out"], s[0][-1], generator=g).to(dt),
                            torch.randn(p["out"], generator=g).to(dt)]
+            elif st["op"] == "gated_linear":
+                p["w"] = len(consts)
+                consts += [torch.randn(p["out"], s[0][-1], generator=g).to(dt) for _ in "gu"]
             elif st["op"] == "matmul":
                 p["w"] = len(consts)
                 consts.append(torch.randn(s[0][-1], p["out"], generator=g).to(dt))
