@@ -244,9 +244,9 @@ def headline(df: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def targets(df: "pd.DataFrame") -> "pd.DataFrame":
-    """Issue 14's targets measured on ``df`` (image models: speedups over eager at every batch;
-    transformers: over every batch x sequence): ``target``, ``measured`` (NaN without the rows),
-    ``bound`` and ``met``. Cells of different systems in a sweep ran minutes apart, so the
+    """Issue 14's targets for DLCB dynamic ("dynamic") measured on ``df`` (image models: speedups
+    over eager at every batch; text, the transformers: over every batch x sequence): ``target``,
+    ``measured`` (NaN without the rows), ``bound`` and ``met``; memory: the worst model's ratio. Cells of different systems in a sweep ran minutes apart, so the
     dynamic-to-static ratio here is looser than one timed alternately in one process."""
     import pandas as pd
 
@@ -270,25 +270,25 @@ def targets(df: "pd.DataFrame") -> "pd.DataFrame":
     rc = df[(df.metric == "recompiles") & (df.system == dyn) & df.value.notna()]
     recompiles = rc.groupby("model").value.max().sum(min_count=1)   # cumulative per cell
     rows = [
-        ("images: DLCB dynamic / reduce-overhead, geomean speedup", gm(img, dyn) /
+        ("images: dynamic / reduce-overhead (geomean)", gm(img, dyn) /
          gm(img, "torch.compile-cudagraphs"), ">=", 1.0),
-        ("images: DLCB dynamic geomean speedup over eager", gm(img, dyn), ">=", 2.5),
-        ("images: slowest DLCB dynamic cell, speedup over eager",
+        ("images: dynamic over eager (geomean)", gm(img, dyn), ">=", 2.5),
+        ("images: slowest dynamic cell over eager",
          img[img.system == dyn].speedup.min(), ">=", 1.0),
-        ("images: worst DLCB dynamic / static time, per cell", ratio.max(), "<=", 1.05),
-        ("transformers: DLCB dynamic / torch.compile dynamic, geomean speedup",
+        ("images: worst dynamic / static time (cell)", ratio.max(), "<=", 1.05),
+        ("text: dynamic / torch.compile dynamic (geomean)",
          gm(txt, dyn) / gm(txt, "torch.compile-dynamic"), ">=", 1.0),
-        ("transformers: DLCB dynamic / reduce-overhead, geomean speedup",
+        ("text: dynamic / reduce-overhead (geomean)",
          gm(txt, dyn) / gm(txt, "torch.compile-cudagraphs"), ">=", 1.0),
-        ("a new shape's first call, DLCB dynamic, worst ms",
+        ("new shape: worst first call (ms)",
          df[(df.system == dyn) & (df.metric == "first_call_ms") & df.set_index(CELL).index.isin(
              df[df.metric == "recompile_s"].set_index(CELL).index)].value.max(), "<=", 20.0),
-        ("cold compile, DLCB dynamic, median s", cells("compile_s", dyn).median(), "<=", 0.5),
-        ("cold compile, DLCB dynamic, worst s", cells("compile_s", dyn).max(), "<=", 2.0),
-        ("recompiles, DLCB dynamic, total over models", recompiles, "<=", 0),
+        ("cold compile: median (s)", cells("compile_s", dyn).median(), "<=", 0.5),
+        ("cold compile: worst (s)", cells("compile_s", dyn).max(), "<=", 2.0),
+        ("recompiles: total over models", recompiles, "<=", 0),
         # peak_mb is above the module's weights and the inputs: DLCB's own constants (folded,
         # NHWC) and graph pools count against eager's activations alone
-        ("peak memory at batch 32 above the weights, DLCB dynamic / eager, worst model", mem,
+        ("memory above weights at 32: dynamic / eager", mem,
          "<=", 1.1),
     ]
     out = pd.DataFrame(rows, columns=["target", "measured", "op", "bound"])
