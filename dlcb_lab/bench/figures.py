@@ -170,8 +170,8 @@ def fig3(df: "pd.DataFrame"):
     models = list(dict.fromkeys(cold.model))
     re = df[(df.metric == "recompile_s") & df.value.notna()]
     phases = df[df.metric.str.startswith("phase_") & (df.system == "dlcb-dynamic")]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6),
-                             gridspec_kw=dict(width_ratios=[1.2, 1.2, 1]))
+    # one panel a row, as wide as the model groups need (about 0.4 inch each)
+    fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 0.4 * len(models) + 3), 12))
     at = cold.groupby(["model", "system"]).value.first()
     _bars(axes[0], models, systems, lambda m, s: at.get((m, s), math.nan))
     for (label, v), ls in zip(PAPER_COMPILE_S.items(), ("--", ":")):
@@ -179,7 +179,7 @@ def fig3(df: "pd.DataFrame"):
     _log_y(axes[0], " s")
     axes[0].set_ylabel("cold compile (log)")
     axes[0].set_title("first shape: capture to first result")
-    axes[0].legend(fontsize=7, frameon=False)
+    axes[0].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     at = re.groupby(["model", "system"]).value.median()
     _bars(axes[1], models, systems, lambda m, s: at.get((m, s), math.nan))
     _log_y(axes[1], " s")
@@ -195,7 +195,7 @@ def fig3(df: "pd.DataFrame"):
                         label=st.removeprefix("phase_").removesuffix("_s"))
             bottom = [a + b for a, b in zip(bottom, vals)]
         axes[2].set_xticks(range(len(timed)), timed, rotation=35, ha="right", fontsize=8)
-        axes[2].legend(fontsize=7, frameon=False)
+        axes[2].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[2].set_ylabel("s")
     axes[2].set_title("DLCB dynamic: compile phases")
     fig.tight_layout()
