@@ -249,11 +249,15 @@ def test_norm_affine_epilogue_is_the_row_kernel(shift):
         cm = dl.compile(m, (torch.randn(2, 3, 5, 4), s, b), dynamic=dyn, backend="cpu")
         assert [st.ops for st in cm.pipeline.partition.steps] == [("layer_norm",)]
         assert any(c.startswith("norm_affine") for r in cm.pipeline.passes for c in r.changes)
-        for h, w in ((5, 4), (1, 7), (9, 9)):
+        for h, w in ((5, 4), (1, 7), (9, 9), (0, 3)):   # (0, 3): empty rows
             x = torch.randn(2, 3, h, w) * 3 + 1
-            x[1, 2, 0, 0] = float("inf")   # that row NaN, as eager's
+            if h:
+                x[1, 2, 0, 0] = float("inf")   # that row NaN, as eager's
             torch.testing.assert_close(cm(x, s, b), m(x, s, b), rtol=1e-5, atol=1e-6,
                                        equal_nan=True)
+        if sshape[0] == 1:   # no rows at all
+            x = torch.randn(0, 3, 4, 4)
+            assert cm(x, s, b).shape == m(x, s, b).shape == (0, 3, 4, 4)
 
 
 def test_norm_affine_stays_apart_where_eager_rounds_or_reads_the_norm():
