@@ -261,7 +261,7 @@ def targets(df: "pd.DataFrame") -> "pd.DataFrame":
 
     ms = df[(df.metric == "ms") & df.value.notna()].set_index(CELL).value
     ratio = (ms.xs("dlcb-dynamic", level="system") / ms.xs("dlcb-static", level="system")
-             ).dropna() if {"dlcb-dynamic", "dlcb-static"} <= set(df.system) else pd.Series()
+             ).dropna() if {"dlcb-dynamic", "dlcb-static"} <= set(df.system) else pd.Series(dtype=float)
     peak = df[(df.metric == "peak_mb") & (df.batch == 32) & ~df.model.isin(TEXT)]
     peak = peak.pivot_table(index="model", columns="system", values="value")
     mem = (peak["dlcb-dynamic"] / peak["eager"]).max() \

@@ -352,20 +352,20 @@ def _norm_affine(g: Graph, n: Node, use: dict) -> str | None:
     if n.op.name not in ("mul", "add") or len(n.inputs) != 2 or \
             n.out.dtype not in (torch.float32, torch.float64):
         return None
+    weight = n.op.name == "mul"   # mul: a norm without affine; add: one with a full weight
     for y, p in (n.inputs, n.inputs[::-1]):
         ln = y.producer if isinstance(y, Value) else None
         if ln is None or ln.op.name != "layer_norm" or not isinstance(p, Value) or p is y or \
-                len(ln.inputs) != (1 if n.op.name == "mul" else 2) or \
-                ln.attrs.get("affine", "full" if len(ln.inputs) == 1 else "row") != "full" or \
+                len(ln.inputs) != (1 if weight else 2) or \
+                (not weight and ln.attrs.get("affine") != "full") or \
                 {y.dtype, p.dtype} != {n.out.dtype} or g.dims(n.out) != g.dims(y) or \
                 len(use.get(y.id, ())) != 1 or any(o is y for o in g.outputs):
             continue
         n.op, n.inputs = ln.op, (*ln.inputs, p)
         n.attrs = {**ln.attrs, "affine": "full"}
         g.nodes.remove(ln)
-        what = "weight" if len(n.inputs) == 2 else "bias"
-        return f"%{n.out.name}: layer_norm %{y.name} {'*+'[what == 'bias']} %{p.name} -> " \
-               f"its {what}"
+        return f"%{n.out.name}: layer_norm %{y.name} {'*' if weight else '+'} %{p.name} -> " \
+               f"its {'weight' if weight else 'bias'}"
     return None
 
 
