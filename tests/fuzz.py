@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import faulthandler
 import hashlib
 import json
 import random
@@ -514,7 +515,9 @@ def _matches_another_oracle(m: torch.nn.Module, xs: list[torch.Tensor], got: tor
                             want: torch.Tensor, dtype: str) -> bool:
     """Where eager disagrees, eager's other answers: eager on contiguous copies of the inputs
     (CPU SDPA picks its kernel by strides, and with NaN inputs the math kernel and the flash
-    kernel leave NaN in different places), then the program in float64: as a whole where an
+    kernel leave NaN in different places), then the program in float64 on the CPU (CUDA's
+    float64 hardsigmoid and hardswish multiply by ``1.0f / 6.0f``, a float constant 3e-8 off
+    1/6, and are no reference for float64 cases): as a whole where an
     input is not finite (CPU float32 gelu of inf: inf through torch's scalar path, NaN through
     its vectorized one), else element by element beside eager (a discontinuous op, ``sign`` or
     ``floor``, of a value that is 0 or an integer up to rounding: ``sign(layer_norm(x))`` where
@@ -533,8 +536,8 @@ def _matches_another_oracle(m: torch.nn.Module, xs: list[torch.Tensor], got: tor
     with torch.no_grad():
         if close(m(*[x.contiguous() for x in xs])):
             return True
-        w64 = m.double()(*[x.double() if x.is_floating_point() else x for x in xs])
-    m.to(DTYPES[dtype])
+        w64 = copy.deepcopy(m).cpu().double()(
+            *[x.cpu().double() if x.is_floating_point() else x.cpu() for x in xs]).to(got.device)
     if not all(torch.isfinite(x).all() for x in xs if x.is_floating_point()):
         return close(w64)
     if not got.is_floating_point() or got.shape != w64.shape:
@@ -603,14 +606,21 @@ def save(case: Case, detail: str, folder: Path = CASES) -> Path:
 
 
 def run_range(start: int, graphs: int, device: str, steps: int, folder: Path,
-              no_shrink: bool) -> tuple[dict[str, int], int]:
+              no_shrink: bool, progress: Path | None = None) -> tuple[dict[str, int], int]:
     """Graphs ``start .. start + graphs - 1``: their statuses counted, failures shrunk and saved,
-    and the compiled calls checked."""
+    and the compiled calls checked. With ``progress``, lines ``begin I`` before graph I is
+    generated, ``case I JSON`` once it is, and ``end I STATUS CALLS`` after it, so that a parent
+    can tell which graph a dead process ran and at which point."""
     counts: dict[str, int] = {}
     calls = 0
     t0 = time.perf_counter()
+    log = open(progress, "a") if progress else None
     for i in range(start, start + graphs):
+        if log:
+            print(f"begin {i}", file=log, flush=True)
         case = generate(i, steps)
+        if log:
+            print(f"case {i} {json.dumps(case.to_json())}", file=log, flush=True)
         out = run_case(case, device)
         counts[out.status] = counts.get(out.status, 0) + 1
         calls += out.calls
@@ -621,9 +631,59 @@ def run_range(start: int, graphs: int, device: str, steps: int, folder: Path,
             detail = run_case(small, device).detail or out.detail
             path = save(small, detail, folder)
             print(f"graph {i}: FAIL -> {path.name}: {detail.splitlines()[0][:200]}", flush=True)
+        if log:
+            print(f"end {i} {out.status} {out.calls}", file=log, flush=True)
         if (i + 1 - start) % 50 == 0:
             print(f"graphs {start}..{i}: {calls} calls, {counts}, {time.perf_counter() - t0:.0f} s",
                   flush=True)
+    return counts, calls
+
+
+def run_isolated(start: int, graphs: int, options: list[str], folder: Path,
+                 child: list[str] | None = None) -> tuple[dict[str, int], int]:
+    """Graphs ``start ..`` in a child process (``--progress``). A child that dies (a signal, an
+    abort in a driver) while it runs a graph is a ``crash`` of that graph: its case is saved
+    unshrunk (a shrink would need a process per try). One that dies while it generates the
+    graph is an ``eager_crash``: the generator runs the ops in eager PyTorch (torch 2.11's CPU
+    float16 SDPA with a size-0 axis traps on an integer division), so nothing DLCB did is at
+    fault, and the case, never written, is not run again here. Either way a new child goes on
+    after it. ``child``: the command before the arguments (this script by default)."""
+    import subprocess
+    import tempfile
+
+    counts: dict[str, int] = {}
+    calls, end = 0, start + graphs
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "progress"
+        while start < end:
+            log.write_text("")
+            rc = subprocess.run([*(child or [sys.executable, str(Path(__file__).resolve())]),
+                                 "--seed", str(start), "--graphs", str(end - start),
+                                 "--progress", str(log), *options],
+                                start_new_session=True).returncode   # its signals stay its own
+            begun, case = None, None
+            for line in log.read_text().splitlines():
+                word, i, rest = (line.split(maxsplit=2) + [""])[:3]
+                if word == "begin":
+                    begun, case = int(i), None
+                elif word == "case":
+                    case = Case.from_json(json.loads(rest))
+                else:
+                    begun, start = None, int(i) + 1
+                    status, n = rest.split()
+                    counts[status] = counts.get(status, 0) + 1
+                    calls += int(n)
+            if begun is None:
+                if start < end:   # died before its first graph: not a graph's fault
+                    raise RuntimeError(f"fuzz child for graphs {start}.. exited {rc} before its "
+                                       f"first graph")
+                break
+            kind = "crash" if case else "eager_crash"
+            counts[kind] = counts.get(kind, 0) + 1
+            where = f" -> {save(case, f'process died (exit status {rc})', folder).name}" \
+                if case else " while generating it (eager PyTorch)"
+            print(f"graph {begun}: {kind.upper()} (exit status {rc}){where}", flush=True)
+            start = begun + 1
     return counts, calls
 
 
@@ -637,20 +697,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--jobs", type=int, default=1,
                     help="processes, each a contiguous share of the graphs (one GPU: they share it)")
+    ap.add_argument("--progress", type=Path, help=argparse.SUPPRESS)   # a child of --jobs
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if not faulthandler.is_enabled():   # (pytest enables its own)
+        faulthandler.enable()   # a fatal signal prints every thread's Python stack
+    if a.progress:
+        run_range(a.seed, a.graphs, a.device, a.steps, a.save, a.no_shrink, a.progress)
+        return 0
     jobs = max(1, min(a.jobs, a.graphs))
     share = [a.graphs // jobs + (j < a.graphs % jobs) for j in range(jobs)]
     starts = [a.seed + sum(share[:j]) for j in range(jobs)]
-    rest = (a.device, a.steps, a.save, a.no_shrink)
     if jobs == 1:
-        results = [run_range(a.seed, a.graphs, *rest)]
-    else:   # spawned: a forked child would inherit the parent's CUDA context
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        results = [run_range(a.seed, a.graphs, a.device, a.steps, a.save, a.no_shrink)]
+    else:   # one child process per share, each watched by a thread of this one
+        from concurrent.futures import ThreadPoolExecutor
 
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-            results = list(ex.map(run_range, starts, share, *([r] * jobs for r in rest)))
+        options = ["--device", a.device, "--steps", str(a.steps), "--save", str(a.save)] + \
+            ["--no-shrink"] * a.no_shrink
+        with ThreadPoolExecutor(jobs) as ex:
+            results = list(ex.map(lambda st, n: run_isolated(st, n, options, a.save),
+                                  starts, share))
     counts: dict[str, int] = {}
     for c, _ in results:
         for k, v in c.items():
@@ -658,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = sum(n for _, n in results)
     print(f"done: {a.graphs} graphs, {calls} compiled calls checked, {counts}, "
           f"{time.perf_counter() - t0:.0f} s")
-    return 1 if counts.get("fail") else 0
+    return 1 if counts.get("fail") or counts.get("crash") else 0
 
 
 if __name__ == "__main__":

@@ -26,10 +26,12 @@ def test_random_graphs_match_eager(seed):
         assert out.calls >= 3   # batch 3, 1, 7 at least (0 where eager runs it)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("path", SAVED, ids=[p.stem for p in SAVED])
-def test_saved_reproducers(path):
+def test_saved_reproducers(path, device):
+    """Every saved case on both devices (each was found on one of them)."""
     case = Case.from_json(path.read_text())
-    out = run_case(case)
+    out = run_case(case, device)
     assert out.status in ("pass", "refused"), f"{path.name} ({case.note}): {out.detail}"
 
 
@@ -139,7 +141,7 @@ def test_sanitizer_logs_tell_generated_kernels_from_library_ones(tmp_path):
 
 
 def test_jobs_split_the_seeds_and_sum_the_counts(capsys, tmp_path):
-    """``--jobs 2``: two spawned processes, seeds 40..44 and 45..48, one line of totals; the same
+    """``--jobs 2``: two child processes, seeds 40..44 and 45..48, one line of totals; the same
     counts as the graphs run one by one."""
     assert fuzz.main(["--graphs", "9", "--seed", "40", "--jobs", "2", "--save", str(tmp_path)]) == 0
     done = capsys.readouterr().out.strip().splitlines()[-1]
@@ -148,3 +150,35 @@ def test_jobs_split_the_seeds_and_sum_the_counts(capsys, tmp_path):
     assert m, done
     assert int(m[1]) == sum(o.calls for o in alone)
     assert ast.literal_eval(m[2]) == dict(Counter(o.status for o in alone))
+
+
+_DIES_AT_12 = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+from fuzz import generate
+seed, graphs, log = (int(sys.argv[sys.argv.index(k) + 1]) if k != "--progress" else
+                     sys.argv[sys.argv.index(k) + 1] for k in ("--seed", "--graphs", "--progress"))
+with open(log, "a") as f:
+    for i in range(seed, seed + graphs):
+        print(f"begin {{i}}", file=f, flush=True)
+        if i == 11:
+            os.abort()   # while generating
+        print(f"case {{i}} {{json.dumps(generate(i).to_json())}}", file=f, flush=True)
+        if i == 12:
+            os.abort()   # while running
+        print(f"end {{i}} pass 4", file=f, flush=True)
+"""
+
+
+def test_a_child_that_dies_is_a_crash_of_its_graph_and_the_rest_still_run(tmp_path):
+    """A child aborting while it generates graph 11 of 10..14 (an eager crash, no case) and
+    while it runs graph 12 (a crash, its case saved): new children run the rest, and the counts
+    hold every graph once."""
+    import sys
+
+    child = [sys.executable, "-c", _DIES_AT_12.format(tests=str(CASES.parent))]
+    counts, calls = fuzz.run_isolated(10, 5, [], tmp_path, child=child)
+    assert counts == {"pass": 3, "eager_crash": 1, "crash": 1} and calls == 12, (counts, calls)
+    (saved,) = tmp_path.glob("case_*.json")
+    case = Case.from_json(saved.read_text())
+    assert case.seed == 12 and case.steps == generate(12).steps and "exit status -6" in case.note
