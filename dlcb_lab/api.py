@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .bridge.aten import lower_to_ir
+from .bridge.aten import GUARD_NOTE, lower_to_ir
 from .bridge.capture import capture
 from .bridge.generalize import check_generalization
 from .dims import DimKind
@@ -124,12 +124,14 @@ class CompiledModule(Rich):
     loaded kernels; unpickling rebuilds them (from the kernel cache).
 
     One compile serves every shape of its (rank, dtype) signature through its static or
-    dynamic-AOT thunk. Two cases get a module of their own, compiled on first use (at compile time
-    when the example is one), cached and reused: a call whose ranks match no compiled signature
-    (a JIT thunk: ``dynamic="auto"`` for those inputs; ``jit``, by signature), and a call the
-    general program refuses where a dynamic dim is 0 or 1 (a broadcast, a squeeze, a branch on
-    the size: a variant traced with those axes at their sizes, so it computes what torch does;
-    ``variants``, by (input, axis, size))."""
+    dynamic-AOT thunk. Three cases get a module of their own, compiled on first use (at compile
+    time when the example is one), cached and reused: a call whose ranks match no compiled
+    signature (a JIT thunk: ``dynamic="auto"`` for those inputs; ``jit``, by signature); a call
+    on the other side of a branch the module's code takes on sizes (a guard torch.export
+    recorded, checked by the host program: a variant traced at the call's sizes; ``variants``,
+    by the guard); and a call the general program refuses where a dynamic dim is 0 or 1 (a
+    broadcast, a squeeze, a branch on the size: a variant traced with those axes at their sizes,
+    so it computes what torch does; ``variants``, by (input, axis, size))."""
 
     def __init__(self, pipeline: Pipeline, signature: CallSignature, single: bool,
                  kernel_builds: int, constants: Sequence[torch.Tensor] = (),
@@ -154,7 +156,7 @@ class CompiledModule(Rich):
         return out[0] if self._single else out
 
     def _other(self, ins: tuple, err: Exception) -> "CompiledModule":
-        """The JIT thunk or size-1 variant for ``ins``, compiled on first use; else ``err``."""
+        """The JIT thunk or variant for ``ins``, compiled on first use; else ``err``."""
         if self._source is None or not all(isinstance(t, torch.Tensor) for t in ins):
             raise err
         module, backend, fallback, spec, shapes = self._source
@@ -166,25 +168,28 @@ class CompiledModule(Rich):
                 self.jit[key] = compile(module, ins, dynamic="auto", backend=backend,
                                         fallback=fallback)
             return self.jit[key]
-        small = frozenset((i, k, int(ins[i].shape[k])) for i, axes in spec.items() for k in axes
-                          if ins[i].shape[k] <= 1)
         static_ok = all(ins[i].shape[k] == n for i, shape in enumerate(shapes)
                         for k, n in enumerate(shape) if k not in spec.get(i, {}))
-        if not small or not static_ok or not isinstance(err, ShapeMismatch):
+        if not static_ok or not isinstance(err, ShapeMismatch):
             raise err
-        if small not in self.variants:
-            fixed = {(i, k) for i, k, _ in small}
+        small = frozenset((i, k, int(ins[i].shape[k])) for i, axes in spec.items() for k in axes
+                          if ins[i].shape[k] <= 1)
+        if small:   # those axes fixed at their sizes
+            side, dyn = small, {i: {k: n for k, n in axes.items() if (i, k, ins[i].shape[k])
+                                    not in small} for i, axes in spec.items()}
+        elif GUARD_NOTE in str(err):   # the other side of a branch on sizes: traced there
+            side, dyn = frozenset({str(err).split(": needs")[0]}), spec
+        else:
+            raise err
+        if side not in self.variants:
             try:
-                self.variants[small] = compile(
-                    module, ins, dynamic={i: {k: n for k, n in axes.items()
-                                              if (i, k) not in fixed}
-                                          for i, axes in spec.items()},
-                    backend=backend, fallback=fallback)
+                self.variants[side] = compile(module, ins, dynamic=dyn, backend=backend,
+                                              fallback=fallback)
             except DLError:   # no program for these sizes: the general program's refusal
-                self.variants[small] = None
-        if self.variants[small] is None:
+                self.variants[side] = None
+        if self.variants[side] is None:
             raise err
-        return self.variants[small]
+        return self.variants[side]
 
     def stats(self) -> dict[str, Any]:
         """``compiles``: graph compiles behind this module (1, plus one per JIT signature and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torchvision
 
 import dlcb_lab as dl
@@ -248,9 +249,9 @@ def test_size_one_dims_get_a_variant_not_a_recompile_per_shape():
         cm(torch.randn(3, 4), torch.randn(2, 4))
 
 
-def test_branch_on_a_size_is_a_host_check():
-    """``if x.size(0) > 3`` traced the branch for sizes >= 4: a smaller size is refused, never
-    answered by the wrong branch."""
+def test_branch_on_a_size_is_a_host_check_and_its_other_side_a_variant():
+    """``if x.size(0) > 3`` traced the branch for sizes >= 4: the host program checks that range,
+    and a smaller size gets a variant traced at it (the other branch), never the traced one."""
     class Branch(torch.nn.Module):
         def forward(self, x):
             return x * 2 if x.shape[0] > 3 else x
@@ -259,7 +260,36 @@ def test_branch_on_a_size_is_a_host_check():
     x = torch.randn(9, 3)
     torch.testing.assert_close(cm(x), x * 2)
     with pytest.raises(dl.ShapeMismatch, match=r"N >= 4"):
-        cm(torch.randn(2, 3))
+        cm._thunk(torch.randn(2, 3))
+    for n in (2, 3):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(cm(x), x)
+    assert cm.stats()["variants"] == 1, cm.stats()
+
+
+class _Windows(torch.nn.Module):
+    """Swin's two branches on sizes: pad the last axis to a multiple of 7, and roll by 3 only
+    where the padded axis spans more than one window (torch.export keeps neither guard, an
+    ``h + (-h) % 7 <= 7`` beyond any range, in its program)."""
+
+    def forward(self, x):
+        h = x.shape[-1]
+        x = F.pad(x, (0, (-h) % 7))
+        shift = 0 if x.shape[-1] <= 7 else 3
+        return torch.roll(x, -shift, -1) * 2 if shift else x + 1
+
+
+@pytest.mark.parametrize("example", [6, 10])
+def test_a_guard_beyond_ranges_is_checked_and_its_other_side_a_variant(example):
+    """Compiled on either side of ``h + (-h) % 7 <= 7``, each call matches eager: the other side
+    fails the guard's host check (a call on it was answered by the traced branch before) and
+    runs a variant traced there, one per side, reused."""
+    m = _Windows()
+    cm = dl.compile(m, (torch.randn(2, example),), dynamic={0: {1: "W"}}, backend="cpu")
+    for w in (6, 3, 10, 13, 7, 20):
+        x = torch.randn(2, w)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cm.stats()["compiles"] == 2 and cm.stats()["variants"] == 1, cm.stats()
 
 
 # --- the zoo under dynamic="auto" ------------------------------------------------------------------

@@ -591,14 +591,13 @@ class Branchy(nn.Module):
 
 def test_branch_on_symbolic_size_is_guarded():
     """Export takes the branch the example takes and records ``N >= 4`` as the dim's range: the
-    compiled module is right inside the range and refuses a call outside it before any launch
-    (it must not run the ``x * 2`` branch at N = 2)."""
+    compiled program is right inside the range, and a call outside it (where it must not run the
+    ``x * 2`` branch) runs a variant traced at its size."""
     m = Branchy()
     cm = dl.compile(m, (torch.randn(4, 3),), dynamic={0: {0: "N"}}, backend="cpu")
-    for n in (4, 9):
+    for n in (4, 9, 2, 3):
         _close(cm, m, torch.randn(n, 3))
-    with pytest.raises(dl.ShapeMismatch, match="N"):
-        cm(torch.randn(2, 3))
+    assert cm.stats()["variants"] == 1, cm.stats()
 
 
 class Asserted(nn.Module):
@@ -620,3 +619,4 @@ def test_assert_pins_a_dim():
     msg = str(ei.value)
     assert "dim C (input 0 'x' axis 1)" in msg and "fixes it to 8" in msg, msg
     assert "torch.export" in msg and "specializes it" in msg, msg
+

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx as fx
@@ -31,7 +32,7 @@ from . import aten_ext
 from . import indexing
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
-from .capture import Captured, input_dims, is_symbolic, user_frame
+from .capture import _TORCH_DIR, Captured, input_dims, is_symbolic, source_file, user_frame
 from .common import Cx, DimPredicate, NoFallback, Unavailable, find, tensor_arg, wrap_axis
 
 _L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS, **indexing.LOWERINGS}
@@ -372,6 +373,7 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
             raise err.locate(describe(n), n.name, where(n)) from None
     _pin(g, cap, late)
     _ranges(g, cap, symbols)
+    _guards(g, cap, symbols)
     return g
 
 
@@ -390,6 +392,11 @@ def _input_relations(g: Graph, cap: Captured, env: dict, symbols: dict) -> None:
                         f"input '{v.name}' axis {k} is {sz} in the traced program")
 
 
+GUARD_NOTE = "the traced program holds where this guard of the module's code holds"
+"""In the message of a failed guard check: ``CompiledModule`` then compiles a variant traced at
+the call's sizes (the guard's other side)."""
+
+
 def _ranges(g: Graph, cap: Captured, symbols: dict) -> None:
     """Each export symbol's range as host checks, after the graph's own requirements (so a slice
     out of its axis is reported as the slice, not as the range it implies)."""
@@ -402,11 +409,10 @@ def _ranges(g: Graph, cap: Captured, symbols: dict) -> None:
             continue
         lo, hi = int(vr.lower), vr.upper
         if lo > 0:
-            g.require(d - lo, where, f"{d!r} >= {lo}: the traced program holds for {sym} in "
-                      f"{vr} (a branch or check on the size)", "")
+            g.require(d - lo, where, f"{d!r} >= {lo} ({sym} in {vr}): {GUARD_NOTE}", "")
         if hi is not int_oo and hi != float("inf"):
-            g.require(int(hi) - d, where, f"{d!r} <= {int(hi)}: the traced program holds for "
-                      f"{sym} in {vr}", "")
+            g.require(int(hi) - d, where, f"{d!r} <= {int(hi)} ({sym} in {vr}): {GUARD_NOTE}",
+                      "")
 
 
 def _pin(g: Graph, cap: Captured, pins) -> None:
@@ -460,31 +466,101 @@ def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value
 
 def to_dim(size: Any, symbols: dict, what: str) -> Any:
     """A size export derived (an int, or a SymInt over the inputs' symbols) as a graph dim."""
-    import sympy
-
     if not is_symbolic(size):
         return lit(int(size))
-    expr = size.node.expr
+    return _sym_dim(size.node.expr, symbols, f"{what}: result size {size}")
+
+
+def _sym_dim(e: Any, symbols: dict, what: str, hint: Mapping | None = None,
+             taken: list | None = None) -> Any:
+    """A sympy size expression over export's symbols as a graph dim. With ``hint`` (each symbol's
+    traced value) and ``taken``: ``Max``/``Min`` is the argument it took at the trace, the
+    requirement that it still does appended to ``taken`` (``a - b``, to be >= 0)."""
+    import sympy
 
     def conv(e):
         if e.is_Integer:
             return lit(int(e))
         if e.is_Symbol:
-            if e not in symbols:
-                raise UnsupportedOp(f"{what}: its result size {size} is data-dependent (no input "
-                                    f"dim determines it)")
-            return symbols[e]
+            if e in symbols:
+                return symbols[e]
+            raise UnsupportedOp(f"{what} is data-dependent (no input dim determines it)")
         if isinstance(e, sympy.Add):
             return sum((conv(a) for a in e.args[1:]), conv(e.args[0]))
         if isinstance(e, sympy.Mul):
             return math.prod((conv(a) for a in e.args[1:]), start=conv(e.args[0]))
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            return math.prod([conv(e.base)] * int(e.exp))
         name = type(e).__name__
         if name == "FloorDiv":
             return conv(e.args[0]) // conv(e.args[1])
         if name in ("Mod", "PythonMod"):
             return conv(e.args[0]) % conv(e.args[1])
-        raise UnsupportedOp(f"{what}: result size {size} ({name}) has no DLCB dim form")
-    return conv(expr)
+        if name in ("CeilToInt", "FloorToInt") and type(e.args[0]).__name__ == "IntTrueDiv" \
+                and e.args[0].args[1].is_Integer and e.args[0].args[1] > 0:   # math.ceil(a / b)
+            num, den = e.args[0].args
+            return (conv(num) + (int(den) - 1) * (name == "CeilToInt")) // int(den)
+        if name in ("Max", "Min") and taken is not None:
+            sign = 1 if name == "Max" else -1
+            args = sorted(e.args, key=lambda a: -sign * int(a.xreplace(hint)))
+            top = conv(args[0])
+            taken.extend(sign * (top - conv(a)) for a in args[1:])
+            return top
+        raise UnsupportedOp(f"{what} ({name}) has no DLCB dim form")
+    return conv(e)
+
+
+def _guards(g: Graph, cap: Captured, symbols: dict) -> None:
+    """The code's own guards on sizes beyond ranges (``if h + (-h) % 7 <= 7``: torchvision Swin
+    drops the shift when the padded size fits one window) as host checks: torch.export keeps such
+    a guard nowhere in its program, so a call on the other side of the branch would compute the
+    traced side. Guards raised inside torch (an op's meta function, a reference implementation,
+    ``torch.nn.functional``) are left out: they concern an op of the graph, which the lowering
+    constrains for every size itself. An ``Ne`` keeps the traced side (``a > b`` or ``a < b``).
+    A guard with no dim form cannot be checked: a warning names each."""
+    import sympy
+
+    shape_env = next((sz.node.shape_env for n in cap.graph.nodes if n.op == "placeholder"
+                      for sz in getattr(n.meta.get("val"), "shape", ())
+                      if isinstance(sz, torch.SymInt)), None)
+    if shape_env is None:
+        return
+    hint = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+    rel, unchecked = sympy.core.relational, []
+    for guard in shape_env.guards:
+        at = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+        if not hasattr(at, "filename") or at.filename.startswith(_TORCH_DIR):
+            continue   # an op's shape function: DLCB lowers the op for every size itself
+        loc = f"{source_file(at.filename)}:{at.lineno}"
+        expr = shape_env.replace(guard.expr)   # a symbol export unified with another: that one
+        if isinstance(expr, sympy.Or):   # the side the trace took
+            expr = next((a for a in expr.args if bool(a.xreplace(hint))), expr)
+        for e in (expr.args if isinstance(expr, sympy.And) else (expr,)):
+            if e in (sympy.true, sympy.false) or not isinstance(e, rel.Relational):
+                if e is not sympy.true:
+                    unchecked.append(f"{e} ({loc})")
+                continue
+            if len(e.free_symbols) == 1 and (e.lhs.is_Symbol or e.rhs.is_Symbol) and \
+                    not isinstance(e, rel.Ne):   # a range: ``_ranges``
+                continue
+            taken: list = []
+            try:
+                d = _sym_dim(e.lhs - e.rhs, symbols, f"guard {e}", hint, taken)
+            except UnsupportedOp:
+                unchecked.append(f"{e} ({loc})")
+                continue
+            if isinstance(e, rel.Ne):
+                above = (e.lhs - e.rhs).xreplace(hint) > 0
+                checks = [d - 1] if above else [-d - 1]
+            else:
+                checks = {rel.Ge: [d], rel.Gt: [d - 1], rel.Le: [-d], rel.Lt: [-d - 1],
+                          rel.Eq: [d, -d]}[type(e)]
+            for c in checks + taken:
+                g.require(c, "torch.export", f"{e}: {GUARD_NOTE}", loc)
+    if unchecked:
+        warnings.warn(f"DLCB cannot check {len(unchecked)} of torch.export's guards on sizes (no "
+                      f"dim form); a call where one fails computes the traced branch: "
+                      f"{'; '.join(unchecked)}", stacklevel=2)
 
 
 def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
