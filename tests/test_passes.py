@@ -620,3 +620,27 @@ def test_assert_pins_a_dim():
     assert "dim C (input 0 'x' axis 1)" in msg and "fixes it to 8" in msg, msg
     assert "torch.export" in msg and "specializes it" in msg, msg
 
+
+class _SlicedFills(nn.Module):
+    """Swin's shifted-window mask: nine slice fills of one zero buffer at a dynamic size. Each
+    fill reads the buffer on both sides of its select, so inlined nine deep the softmax kernel
+    computes the first buffer 2^9 times (before ``TREE_REUSE``: a kernel whose numba build was
+    killed for memory)."""
+
+    def forward(self, x):
+        m = x.new_zeros(x.shape[-2:])
+        for c, (h, w) in enumerate((h, w) for h in ((0, -4), (-4, -2), (-2, None))
+                                   for w in ((0, -4), (-4, -2), (-2, None))):
+            m[h[0]:h[1], w[0]:w[1]] = c
+        return (x + m).softmax(-1)
+
+
+def test_a_value_one_kernel_reads_many_times_is_materialized():
+    m = _SlicedFills()
+    cm = dl.compile(m, (torch.randn(2, 9, 8),), dynamic={0: {0: "N", 1: "H", 2: "W"}},
+                    backend="cpu")
+    fuse = next(r for r in cm.pipeline.passes if r.name == "fuse")
+    assert any("times by one kernel" in c for c in fuse.changes), fuse.changes
+    assert max(len(k.source.splitlines()) for k in cm.pipeline.kernels) < 400
+    for shape in ((3, 9, 8), (1, 12, 15), (2, 4, 4)):
+        _close(cm, m, torch.randn(*shape))

@@ -100,19 +100,31 @@ concatenation per consumer); cheaper shared values (a bias add, a broadcast, a c
 recomputed."""
 
 
+TREE_REUSE = 8
+"""A value that one kernel's expression tree reads ``TREE_REUSE`` or more times is materialized
+(the latest such value first): an inlined value read on both branches of a select, nested k
+deep, is computed 2^k times. torchvision Swin's shifted-window mask, nine slice fills of one
+buffer at a dynamic resolution, made softmax kernels of 10,000 lines that NVRTC and numba did
+not finish compiling in minutes."""
+
+
 def fuse(g: Graph, log: list[str]) -> Graph:
     """Choose the fusion groups: add to ``g.materialize`` each value whose recomputation in every
     kernel that reads it would cost more than computing it once (``SHARED_OPS``,
-    ``SHARED_READS``), earliest first.
+    ``SHARED_READS``), earliest first, then each value one kernel reads ``TREE_REUSE`` times.
     Leaves: every kernel root and its inlined producers (``inlined``) form the groups."""
+    order = {n.out.id: k for k, n in enumerate(g.nodes)}
     while True:
         mats = {v.id for v in g.materialized()}
         users: dict[int, set[int]] = {}
+        reused: list[tuple[int, Value, int]] = []
         for root in g.materialized():
             if root.producer is None or root.producer.op.kind is OpKind.LIBRARY:
                 continue
             for x in inlined(g, root, mats)[:-1]:
                 users.setdefault(x.id, set()).add(root.id)
+            reused += [(order[x.id], x, k) for x, k in _reads_in_tree(g, root, mats)
+                       if k >= TREE_REUSE and x is not root and not x.producer.op.kind.is_transform]
         pick = None
         for n in g.nodes:
             x = n.out
@@ -124,11 +136,26 @@ def fuse(g: Graph, log: list[str]) -> Graph:
             if len(ops) >= SHARED_OPS or len(reads) >= SHARED_READS:
                 pick = x
                 break
-        if pick is None:
+        if pick is not None:
+            why = f"inlined into {len(users[pick.id])} kernels"
+        elif reused:
+            _, pick, k = max(reused, key=lambda r: r[0])
+            why = f"read {k} times by one kernel"
+        else:
             return g
         g.materialize.add(pick.id)
-        log.append(f"materialize %{pick.name} ({pick.producer.op.name}): inlined into "
-                   f"{len(users[pick.id])} kernels")
+        log.append(f"materialize %{pick.name} ({pick.producer.op.name}): {why}")
+
+
+def _reads_in_tree(g: Graph, root: Value, mats: set[int]) -> list[tuple[Value, int]]:
+    """Each value the kernel computing ``root`` inlines, with the times its expression tree reads
+    it (the sum over the paths from ``root``)."""
+    vals = inlined(g, root, mats)
+    times = {root.id: 1}
+    for x in reversed(vals):   # consumers before producers
+        for i in x.producer.tensor_inputs():
+            times[i.id] = times.get(i.id, 0) + times.get(x.id, 0)
+    return [(x, times.get(x.id, 0)) for x in vals]
 
 
 def steps(g: Graph) -> tuple[Step, ...]:
