@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 import math
-import warnings
 import operator
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -32,7 +32,7 @@ from . import aten_ext
 from . import indexing
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
-from .capture import _TORCH_DIR, Captured, input_dims, is_symbolic, source_file, user_frame
+from .capture import TORCH_DIR, Captured, input_dims, is_symbolic, source_file, user_frame
 from .common import Cx, DimPredicate, NoFallback, Unavailable, find, tensor_arg, wrap_axis
 
 _L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS, **indexing.LOWERINGS}
@@ -529,7 +529,7 @@ def _guards(g: Graph, cap: Captured, symbols: dict) -> None:
     rel, unchecked = sympy.core.relational, []
     for guard in shape_env.guards:
         at = getattr(getattr(guard, "sloc", None), "framework_loc", None)
-        if not hasattr(at, "filename") or at.filename.startswith(_TORCH_DIR):
+        if not hasattr(at, "filename") or at.filename.startswith(TORCH_DIR):
             continue   # an op's shape function: DLCB lowers the op for every size itself
         loc = f"{source_file(at.filename)}:{at.lineno}"
         expr = shape_env.replace(guard.expr)   # a symbol export unified with another: that one

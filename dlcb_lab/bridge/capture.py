@@ -39,7 +39,7 @@ from ..dims import Expr, lit, var
 from ..errors import DLError, DTypeError, ShapeError, SpecError, UnsupportedOp
 
 DynamicSpec = Mapping[int | str, Mapping[int, str]]
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep   # the bridge; dlcb_lab.demo is user code
 _API = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "api.py")
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
@@ -206,7 +206,7 @@ def _refusal(module: nn.Module, err: Exception) -> DLError:
         return err
     first = next((ln for ln in str(err).splitlines() if ln.strip()), "")
     frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if not f.filename.startswith((_TORCH_DIR, _OWN_DIR, _STDLIB_DIR, _API))]
+              if not f.filename.startswith((TORCH_DIR, _OWN_DIR, _STDLIB_DIR, _API))]
     where = f"{source_file(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name}: " \
         f"{(frames[-1].line or '').strip()}" if frames else ""
     what = f"{type(err).__name__}: {first}"
@@ -290,7 +290,7 @@ def user_frame(stack_trace: str | None) -> str | None:
         elif frames and not frames[-1][3] and line.strip():
             frames[-1][3] = line.strip()
     for filename, line, fn, code in reversed(frames):
-        if not filename.startswith((_TORCH_DIR, _OWN_DIR, _STDLIB_DIR)):
+        if not filename.startswith((TORCH_DIR, _OWN_DIR, _STDLIB_DIR)):
             return f"{source_file(filename)}:{line} in {fn}: {code}"
     return None
 
