@@ -525,7 +525,8 @@ def _guards(g: Graph, cap: Captured, symbols: dict) -> None:
                       if isinstance(sz, torch.SymInt)), None)
     if shape_env is None:
         return
-    hint = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+    hint = shape_env.backed_var_to_val if hasattr(shape_env, "backed_var_to_val") else \
+        shape_env.var_to_val   # older torch
     rel, unchecked = sympy.core.relational, []
     for guard in shape_env.guards:
         at = getattr(getattr(guard, "sloc", None), "framework_loc", None)
