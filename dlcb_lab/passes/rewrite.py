@@ -268,8 +268,12 @@ def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
 
     A bias is fused for free into the kernel that reads a linear's result; a result read only by
     library calls (BERT's and GPT-2's q, k, v, viewed into heads for attention) would get a kernel
-    of its own, one pass over it, for the add. cuBLAS adds it in the GEMM's epilogue instead."""
-    if n.op.name != "add" or len(n.inputs) != 2 or not _feeds_libraries(g, n.out, use):
+    of its own, one pass over it, for the add. cuBLAS adds it in the GEMM's epilogue instead.
+    In float16 and bfloat16 the bias always goes into the linear: eager's ``addmm`` rounds the
+    sum once, a kernel's add would round the product first (bf16 ``round(linear(x))`` was off by
+    one where the sum sat at x.5 after the double rounding: fuzz case ``da4b6b95fc98``)."""
+    if n.op.name != "add" or len(n.inputs) != 2 or not (
+            n.out.dtype in (torch.float16, torch.bfloat16) or _feeds_libraries(g, n.out, use)):
         return None
     for y, b in (n.inputs, n.inputs[::-1]):
         t = constant_of(g, b) if isinstance(b, Value) else None
