@@ -120,3 +120,15 @@ class Recorder:
     def __call__(self, variant, numel, out, ins, params, narrow=False, width=1):
         self.log.append((variant, numel, tuple(params), narrow, width))
         return self.f(variant, numel, out, ins, params, narrow, width)
+
+
+def force_launch(monkeypatch, how: str) -> None:
+    """Force every reduction kernel onto one of its entry points: ``thread`` (one thread per
+    output), ``block`` (one block per output), or ``warp`` (one warp per output where the kernel
+    has that entry point and its 32-bit index applies, else the block), whatever its extent."""
+    from dlcb_lab.runtime.launchers import CudaLauncher
+
+    monkeypatch.setattr(CudaLauncher, "choose", lambda self, numel, extent, narrow=False:
+                        0 if how == "thread" else int((1, False) in self.kernels))
+    monkeypatch.setattr(CudaLauncher, "_by_warp", lambda self, extent, narrow:
+                        how == "warp" and self.warp is not None and narrow)   # any extent

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 import dlcb_lab as dl
-from dlcb_lab.artifact import ArtifactDeviceError, load, save
+from dlcb_lab.artifact import FORMAT_VERSION, ArtifactDeviceError, load, save
 from dlcb_lab.errors import ArtifactError, DeviceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,7 +217,8 @@ def test_truncated_file(saved, tmp_path, keep):
 def test_other_versions_refused(saved, tmp_path):
     path = saved[2]
     bad = _rewrite(path, tmp_path / "v1.dlcb", manifest=lambda m: m.update(format_version=1))
-    with pytest.raises(ArtifactError, match="format version 1; this dlcb_lab reads version 4"):
+    with pytest.raises(ArtifactError,
+                       match=f"format version 1; this dlcb_lab reads version {FORMAT_VERSION}"):
         load(bad)
     bad = _rewrite(path, tmp_path / "old.dlcb", manifest=lambda m: m.update(dlcb_lab="0.0.1"))
     with pytest.raises(ArtifactError, match="written by dlcb_lab '0.0.1'"):

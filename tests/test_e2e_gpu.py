@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlcb_lab as dl
-from dlcb_lab.kgen.emit import NARROW, VECTOR, entry_points
+from dlcb_lab.kgen.emit import NARROW, VECTOR, WARP, entry_points
 from dlcb_lab.runtime import nvrtc
 from dlcb_lab.runtime import launchers, thunks as thunks_mod
 
-from harness import Compiled, Spy, check_eager, check_nan_propagation
+from harness import Compiled, Spy, check_eager, check_nan_propagation, force_launch
 from models import BY_NAME, CASES, CHAIN_OPS, Affine, Chain
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +40,7 @@ def test_matches_eager_dynamic_batch(compiled, case, n):
     check_eager(case, cm, case.inputs(n, device=DEV))
     s = cm.stats()
     assert s["compiles"] == 1 and s["thunk"] == "dynamic"
-    entries = len(entry_points([k.body for k in cm.pipeline.kernels], ("", NARROW, VECTOR)))
+    entries = len(entry_points([k.body for k in cm.pipeline.kernels], ("", NARROW, WARP, VECTOR)))
     assert s["kernel_builds"] == s0["kernel_builds"] == entries >= 2 * s["kernels"]
     assert s["calls"] == s0["calls"] + 1
     assert nvrtc.nvrtc_compile_count() == nv0, "a call compiled CUDA"
@@ -121,18 +121,46 @@ def test_residual_constraint_on_cuda():
         cm(torch.randn(3, 6, device=DEV))
 
 
-@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("variant", ["thread", "block", "warp"])
 @pytest.mark.parametrize("name", ["reductions", "softmax", "mixed"])
 @pytest.mark.parametrize("n", [1, 7, 300, 5000])
 def test_reduction_variants(compiled, monkeypatch, name, n, variant):
-    """Both reduction kernels (thread per output, block per output) agree with eager, whatever
-    the launch-time choice would have been."""
+    """The reduction kernels' entry points (thread, block or warp per output) agree with eager,
+    whatever the launch-time choice would have been."""
     case = BY_NAME[name]
     cm = compiled.get(case)
     assert any(k.body.variant is not None for k in cm.pipeline.kernels)
-    monkeypatch.setattr(launchers.CudaLauncher, "choose", lambda self, numel, extent: variant)
+    force_launch(monkeypatch, variant)
     monkeypatch.setattr(cm._thunk, "graphs", None)   # a replay would keep its captured variant
     check_eager(case, cm, case.inputs(n, device=DEV))
+
+
+class Rows(torch.nn.Module):
+    def forward(self, x, w, b):
+        return (torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b), torch.softmax(x, -1),
+                torch.log_softmax(x, -1), x.sum(-1), x.amax(-1), x.mean(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("c", [31, 32, 96, 512, 513])
+def test_short_rows_take_a_warp_per_row(c):
+    """Row reductions over contiguous rows of ``c`` elements: one warp per row (``_w``, eight
+    rows per block) where ``c`` is in ``launchers.WARP_EXTENTS``, whatever the rows, the block or
+    a thread per row elsewhere; equal to eager either way."""
+    lo, hi = launchers.WARP_EXTENTS
+    m = Rows()
+    w, b = torch.randn(c, device=DEV), torch.randn(c, device=DEV)
+    cm = dl.compile(m, (torch.randn(2, 3, c, device=DEV), w, b), dynamic={0: {0: "N"}},
+                    backend="cuda")
+    for n in (1, 7, 3000):
+        x = torch.randn(n, 3, c, device=DEV)
+        steps = [s for s in cm.trace(x, w, b).steps if s.kind == "kernel" and s.numel]
+        assert len(steps) == 6
+        for s in steps:
+            warp = lo <= c <= hi
+            assert s.name.endswith("_blk_w") == warp and (s.width == 8) == warp, s
+            assert not warp or s.grid == -(-s.numel // 8)
+        for got, want in zip(cm(x, w, b), m(x, w, b)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None,

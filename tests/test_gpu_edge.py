@@ -10,9 +10,8 @@ import pytest
 import torch
 
 import dlcb_lab as dl
-from dlcb_lab.runtime import launchers
 
-from harness import Recorder, Spy
+from harness import Recorder, Spy, force_launch
 from test_edge_cases import (INT_PAIRS, Fn, Fn2, ScalarAdd, ScalarCmp, ScalarDiv, ScalarPow,
                              ScalarRem, _ints,
                              run, scalar_16bit_inputs)
@@ -22,12 +21,10 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 
 
-@pytest.fixture(params=[0, 1], ids=["thread", "block"])
+@pytest.fixture(params=["thread", "block", "warp"])
 def variant(request, monkeypatch):
-    """Force the thread-per-output (0) or block-per-output (1) reduction kernels."""
-    real = launchers.CudaLauncher.choose
-    monkeypatch.setattr(launchers.CudaLauncher, "choose",
-                        lambda self, n, e: min(request.param, real(self, n, 10**6)))
+    """Force the reduction kernels' thread-, block- or warp-per-output entry points."""
+    force_launch(monkeypatch, request.param)
     return request.param
 
 

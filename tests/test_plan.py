@@ -15,8 +15,8 @@ import torch
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, pack
-from dlcb_lab.kgen.emit import (NARROW, VECTOR, all_variants, cuda_kernel, cuda_module,
-                                entry_points, vector_loads, vector_width,
+from dlcb_lab.kgen.emit import (NARROW, VECTOR, WARP, all_variants, cuda_kernel, cuda_module,
+                                entry_points, vector_loads, vector_width, warp_rows,
                                 numba_kernel, numba_signature, signature)
 from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.runtime.cuda_launch import CudaModule
@@ -125,6 +125,44 @@ def test_vectorized_entry_points():
     assert ln.width(0, 32, True, out, [b[1:], a]) == 4     # a scalar input may be anywhere
     assert ln.width(0, 32, True, base[2:34], [b, a]) == 1  # the output 8 bytes off
     assert ln.geometry(0, 4096, 4) == (4, 256) and ln.geometry(0, 4096) == (16, 256)
+
+
+def test_warp_entry_points():
+    """Every block-per-output kernel has a warp-per-output entry point (``_w``: its body with
+    ``W`` true, 32-bit index) that compiles with NVRTC. ``warp_rows``: its reduced loads move one
+    element per step (not along a strided or div/mod-split axis). The launcher runs variant 1 as
+    a warp per output, eight per block, up to ``WARP_MAX`` at 32-bit index, and prefers it to the
+    thread-per-output variant for contiguous rows from ``WARP_MIN_ROWS``, whatever the outputs."""
+    from dlcb_lab.runtime.launchers import BLOCK, WARP_MAX, WARP_MIN_ROWS, CudaLauncher
+
+    bodies = bodies_of("reductions")
+    coop = {k.name: k for k in all_variants(bodies) if k.cooperative}
+    rows = {n for n, k in coop.items() if warp_rows(k)}
+    assert {"dlcb_k2_amax_blk", "dlcb_k6_sum_3_blk"} <= rows          # amax(-1), sum(-1)
+    assert not rows & {"dlcb_k0_sum_1_blk", "dlcb_k4_mean_1_blk"}     # strides 6 and 24
+    src = cuda_module(bodies, (NARROW, WARP))
+    for n in coop:
+        assert f"{n}_body<int, true>(" in src and f"{n}_body<int, false>(" in src
+    assert entry_points(bodies, (WARP,)) == [f"{n}{WARP}" for n in coop]
+    cubin = compile_cubin(src, arch="sm_90")
+    assert all(f"{n}{WARP}".encode() in cubin for n in coop)
+
+    big, few = 10**7, 100                                  # outputs: over and under the fill
+    contiguous = CudaLauncher({(1, False): None}, warp=object(), rows=True)
+    strided = CudaLauncher({(1, False): None}, warp=object(), rows=False)
+    for extent, narrow, want_big, want_strided in (
+            (WARP_MIN_ROWS, True, 1, 0), (WARP_MAX, True, 1, 0), (WARP_MIN_ROWS - 1, True, 0, 0),
+            (WARP_MAX + 1, True, 0, 0), (96, False, 0, 0)):
+        assert contiguous.choose(big, extent, narrow) == want_big, (extent, narrow)
+        assert strided.choose(big, extent, narrow) == want_strided, (extent, narrow)
+    for ln in (contiguous, strided):
+        assert ln.choose(few, 96, True) == 1 and ln.choose(few, WARP_MAX + 1, True) == 1
+        assert ln.width(1, few, True, extent=WARP_MAX) == BLOCK // 32     # a warp per output
+        assert ln.width(1, few, True, extent=WARP_MAX + 1) == 1           # the block
+        assert ln.width(1, few, False, extent=96) == 1                    # 64-bit index
+    assert CudaLauncher({(1, False): None}).choose(big, 96, True) == 0   # no warp entry
+    assert contiguous.geometry(1, 1000, BLOCK // 32) == (125, BLOCK)
+    assert contiguous.geometry(1, 1000) == (1000, BLOCK)
 
 
 def test_abi_order_enforced_and_pack():

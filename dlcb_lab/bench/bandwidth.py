@@ -47,8 +47,19 @@ class LayerNorm(torch.nn.Module):         # two-moment reduction over each (n, c
         return torch.nn.functional.layer_norm(x, x.shape[-2:]) * s + b
 
 
+class RowLayerNorm(torch.nn.Module):      # layer norm over C-element token rows (ViT, Swin, ConvNeXt)
+    def forward(self, x, s, b):
+        return torch.nn.functional.layer_norm(x.reshape(x.size(0), -1, x.size(1)), (x.size(1),),
+                                              s.flatten(), b.flatten())
+
+
+class RowSoftmax(torch.nn.Module):        # softmax over rows of 49 (Swin's 7x7 window attention)
+    def forward(self, x, s, b):
+        return torch.softmax(x.reshape(x.size(0), -1, 49), -1)
+
+
 MODELS = {"bias_relu": BiasReLU, "to_nhwc": ToNHWC, "global_pool": GlobalPool, "softmax": Softmax,
-          "layer_norm": LayerNorm}
+          "layer_norm": LayerNorm, "row_layer_norm": RowLayerNorm, "row_softmax": RowSoftmax}
 
 
 def run(backend="auto", batches=(1, 8, 32, 128), chw=(64, 56, 56), with_inductor=True, reps=100):
@@ -105,7 +116,7 @@ def main() -> None:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--small", action="store_true", help="tiny sizes (a CPU smoke run)")
     a = ap.parse_args()
-    kw = dict(batches=(1, 2), chw=(4, 8, 8), reps=5) if a.small else {}
+    kw = dict(batches=(1, 2), chw=(4, 7, 7), reps=5) if a.small else {}
     df = run(a.backend, with_inductor=not a.no_inductor, **kw)
     if a.out:
         df.to_csv(a.out, index=False)

@@ -47,6 +47,11 @@ VECTOR = "_v"
 per thread; paper §4.5). Emitted beside ``NARROW`` where the kernel has one."""
 VECTOR_BYTES = 16
 """Output bytes per thread of a vectorized entry point (one 128-bit store)."""
+WARP = "_w"
+"""Suffix of a block-per-output kernel's warp-per-output entry point (32-bit index arithmetic,
+``blockDim.x / 32`` outputs per block, the reduction over one warp's shuffles: no shared memory,
+no block barrier). Emitted beside ``NARROW``; the launcher takes it for short reduced extents
+(``runtime.launchers.WARP_MAX``)."""
 
 _ELEMENTWISE = (IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Store)
 
@@ -67,6 +72,47 @@ def vector_loads(k: KernelBody) -> tuple[int, ...]:
     at the output's own index ``t`` (an elementwise operand of the output's shape)."""
     return tuple(sorted({s.buf for s in k.stmts
                          if isinstance(s, Load) and s.index == "t" and not s.pred}))
+
+
+def warp_rows(k: KernelBody) -> bool:
+    """Whether block-per-output kernel ``k`` reads its rows contiguously: every load in its
+    cooperative loops that moves with the loop variable moves by one element per step (its index
+    a sum with coefficient 1 on the variable), so a warp's lanes read consecutive elements and a
+    warp per output beats a thread per output whatever the outputs. Not proven for a strided,
+    gathered or div/mod-split read along the reduced axis, or a nested loop."""
+    loops = [s for s in k.stmts if isinstance(s, Loop)]
+    return k.cooperative and bool(loops) and all(_unit_stride(s) for s in loops)
+
+
+def _unit_stride(loop: Loop) -> bool:
+    moving, unit = {loop.var}, {loop.var}   # names that change with the loop variable; by 1
+    for s in loop.body:
+        if isinstance(s, Loop):
+            return False
+        if isinstance(s, IdxSum):
+            on = [(c, n) for c, n in s.terms if n in moving]
+            if on:
+                moving.add(s.name)
+                if on == [(1, loop.var)]:
+                    unit.add(s.name)
+        elif isinstance(s, (IdxProd, IdxDivMod, IdxCast)):
+            used = s.factors if isinstance(s, IdxProd) else \
+                (s.num, s.den) if isinstance(s, IdxDivMod) else (s.value,)
+            if moving.intersection(used):
+                moving.add(s.name)
+        elif isinstance(s, Load) and s.index in moving:
+            if s.index not in unit:
+                return False
+            moving.add(s.name)
+    return True
+
+
+def entry_suffixes(k: KernelBody, widths: Sequence[str] = WIDTHS) -> list[str]:
+    """The suffixes of ``widths`` that ``k`` has an entry point for: ``VECTOR`` where
+    ``vector_width(k)`` exceeds 1, ``WARP`` where ``k`` is block per output, the index widths
+    always."""
+    return [w for w in widths if (w != VECTOR or vector_width(k) > 1)
+            and (w != WARP or k.cooperative)]
 
 
 def all_variants(kernels: Sequence[KernelBody]) -> list[KernelBody]:
@@ -304,8 +350,8 @@ class _Cuda(_Printer):
 
     def row_combine(self, kind: RowKind) -> str:
         if kind is RowKind.NORM:
-            return "rs1 = dlcb_block_allsum(rs1); rs2 = dlcb_block_allsum(rs2);"
-        return "dlcb_block_lse(rm, rs);"
+            return "rs1 = dlcb_group_allsum<W>(rs1); rs2 = dlcb_group_allsum<W>(rs2);"
+        return "dlcb_group_lse<W>(rm, rs);"
 
     def row_stats(self, s: RowStats) -> str:
         if s.kind is RowKind.NORM:
@@ -363,10 +409,10 @@ class _Cuda(_Printer):
         ty = s.acc.ctype
         fn = "dlcb_sum_op()" if s.red.combine is Combine.SUM else "dlcb_max_op()"
         init = _init(s.red, s.acc, self.literal)
-        return f"{s.name} = dlcb_block_reduce<{ty}>({s.name}, ({ty}){init}, {fn});"
+        return f"{s.name} = dlcb_group_reduce<W, {ty}>({s.name}, ({ty}){init}, {fn});"
 
     def store(self, value: str) -> str:
-        return f"{'if (threadIdx.x == 0) ' if self.k.cooperative else ''}out[t] = {value};"
+        return f"{'if (lane == 0) ' if self.k.cooperative else ''}out[t] = {value};"
 
     def loop_pragmas(self, s: Loop) -> list[str]:
         """A block's strided loop over a reduced range is unrolled 4 times, so a thread may have
@@ -376,8 +422,7 @@ class _Cuda(_Printer):
 
     def loop_head(self, s: Loop) -> str:
         if s.cooperative:
-            return (f"for (I {s.var} = threadIdx.x; {s.var} < {s.extent}; "
-                    f"{s.var} += blockDim.x) {{")
+            return f"for (I {s.var} = lane; {s.var} < {s.extent}; {s.var} += gsize) {{"
         return f"for (I {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
 
 
@@ -399,9 +444,9 @@ class _CudaVector(_Cuda):
 
 
 ROW_CACHE = 16
-"""Row elements per thread a block-per-row kernel keeps in registers: a row of at most
-``ROW_CACHE * blockDim.x`` elements (4096 at 256 threads) is read from memory once, its second
-pass reading the registers; a longer row is read twice."""
+"""Row elements per thread a group-per-row kernel keeps in registers: a row of at most
+``ROW_CACHE * gsize`` elements (4096 for a block of 256 threads, 512 for a warp) is read from
+memory once, its second pass reading the registers; a longer row is read twice."""
 
 
 class _CudaRowCached(_Cuda):
@@ -446,11 +491,11 @@ class _CudaRowCached(_Cuda):
         inside it, unrolled; ``var``, if named, is the element's index in the row."""
         lines = [f"{ind}#pragma unroll", f"{ind}for (I k = 0; k < {ROW_CACHE}; ++k) {{"]
         if var:
-            lines += [f"{ind}  const I {var} = threadIdx.x + k * blockDim.x;",
+            lines += [f"{ind}  const I {var} = lane + k * gsize;",
                       f"{ind}  if ({var} < {self.extent}) {{"] + \
                 [f"{ind}    {b}" for b in body] + [f"{ind}  }}"]
         else:
-            lines += [f"{ind}  if (threadIdx.x + k * blockDim.x < {self.extent}) {b}"
+            lines += [f"{ind}  if (lane + k * gsize < {self.extent}) {b}"
                       for b in body]
         return lines + [f"{ind}}}"]
 
@@ -458,8 +503,8 @@ class _CudaRowCached(_Cuda):
         t, keep = self.acc.ctype, kind is RowKind.SOFTMAX
         body = [f"{{ const {t} e = {self.exp}(rc[k] - rm); rs += e;"
                 + (" rc[k] = e;" if keep else "") + " }"]
-        return [f"{ind}rm = dlcb_block_allmax(rm);"] + self.cached_loop(body, ind) + \
-            [f"{ind}rs = dlcb_block_allsum(rs);"]
+        return [f"{ind}rm = dlcb_group_allmax<W>(rm);"] + self.cached_loop(body, ind) + \
+            [f"{ind}rs = dlcb_group_allsum<W>(rs);"]
 
     def stmt(self, s) -> str:
         if isinstance(s, RowAccumulate) and s.kind is not RowKind.NORM:
@@ -481,7 +526,7 @@ def _row_passes(k: KernelBody, ind: str) -> list[str]:
         return plain.block(k.stmts, ind)
     head, inner = plain.block(k.stmts[:first], ind), ind + "  "
     cached = _CudaRowCached(k, init.kind, plain.acc)
-    return head + [f"{ind}if ({k.stmts[first].extent} <= {ROW_CACHE} * (I)blockDim.x) {{",
+    return head + [f"{ind}if ({k.stmts[first].extent} <= {ROW_CACHE} * gsize) {{",
                    f"{inner}{cached.rc_type} rc[{ROW_CACHE}];"] + \
         cached.block(k.stmts[first:], inner) + [f"{ind}}} else {{"] + \
         plain.block(k.stmts[first:], inner) + [f"{ind}}}"]
@@ -506,28 +551,37 @@ def _vector_body(k: KernelBody, params: list[str]) -> list[str]:
 
 
 def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
-    """The kernel body as a template over the index type ``I`` and, per index width of
-    ``widths``, an entry point with the same ``long long`` parameters: ``name`` (64-bit index
-    arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the launcher uses it when
-    every index bound fits); with ``VECTOR`` in ``widths``, ``name_v`` where ``vector_width(k)``
-    exceeds 1 (a 32-bit vectorized body)."""
+    """The kernel body as a template over the index type ``I`` and, per suffix of ``widths`` it
+    has (``entry_suffixes``), an entry point with the same ``long long`` parameters: ``name``
+    (64-bit index arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the
+    launcher uses it when every index bound fits); ``name_v`` (a 32-bit vectorized body) and
+    ``name_w`` (a block-per-output body run by one warp per output). A block-per-output body is
+    also a template over ``W``, its group of threads per output: the block or one warp."""
     a = abi(k)
     bufs = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
             for p in a.buffers]
     ints = [p.name for p in a.ints]
     names = [p.name for p in a.buffers]
     head = _header(k, "//")
+    params = bufs + [f"const I {n}" for n in ints]
     if k.cooperative:
-        head.append("// one block per output element; the block's threads split the reduction")
-        loop = ["  for (I t = blockIdx.x; t < numel; t += gridDim.x) {"]
+        head.append("// one group of threads per output element (W: a warp, else the block); "
+                    "the group's threads split the reduction")
+        lines = head + ["template <typename I, bool W>",
+                        f"__device__ __forceinline__ void {k.name}_body({', '.join(params)}) {{",
+                        "  const unsigned lane = W ? threadIdx.x & 31 : threadIdx.x;",
+                        "  const unsigned gsize = W ? 32u : blockDim.x;   // threads per group",
+                        "  const I per = W ? (I)(blockDim.x >> 5) : (I)1;   // outputs per block",
+                        "  for (I t = (I)blockIdx.x * per + (W ? (I)(threadIdx.x >> 5) : (I)0); "
+                        "t < numel; t += (I)gridDim.x * per) {"]
     else:
         head.append("// one thread per output element")
-        loop = ["  const I step = (I)gridDim.x * blockDim.x;",
-                "  for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {"]
-    params = bufs + [f"const I {n}" for n in ints]
-    widths = [w for w in widths if w != VECTOR or vector_width(k) > 1]
-    lines = head + ["template <typename I>",
-                    f"__device__ __forceinline__ void {k.name}_body({', '.join(params)}) {{"] + loop
+        lines = head + ["template <typename I>",
+                        f"__device__ __forceinline__ void {k.name}_body({', '.join(params)}) {{",
+                        "  const I step = (I)gridDim.x * blockDim.x;",
+                        "  for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; "
+                        "t += step) {"]
+    widths = entry_suffixes(k, widths)
     lines += _row_passes(k, "    ")
     lines += ["  }", "}"]
     if VECTOR in widths:
@@ -537,16 +591,16 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
         ty = "long long" if suffix == "" else "int"
         args = ", ".join(names + [n if ty == "long long" else f"(int){n}" for n in ints])
         body = "_vbody" if suffix == VECTOR else "_body"
+        targs = f"{ty}, {'true' if suffix == WARP else 'false'}" if k.cooperative else ty
         lines += [f'extern "C" __global__ void {k.name}{suffix}({sig}) {{',
-                  f"  {k.name}{body}<{ty}>({args});", "}"]
+                  f"  {k.name}{body}<{targs}>({args});", "}"]
     return "\n".join(lines)
 
 
 def entry_points(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> list[str]:
-    """The ``extern "C"`` kernel names of a module (every variant at each of ``widths``; the
-    vectorized one where the kernel has it)."""
-    return [k.name + s for k in all_variants(kernels) for s in widths
-            if s != VECTOR or vector_width(k) > 1]
+    """The ``extern "C"`` kernel names of a module (every variant at each of ``widths`` it has:
+    ``entry_suffixes``)."""
+    return [k.name + s for k in all_variants(kernels) for s in entry_suffixes(k, widths)]
 
 
 def cuda_module(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> str:

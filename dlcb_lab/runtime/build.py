@@ -19,16 +19,19 @@ from typing import Any, Sequence
 import torch
 
 from ..kgen.abi import abi
-from ..kgen.emit import (NARROW, VECTOR, all_variants, cuda_kernel, cuda_module, entry_points,
-                         numba_module, signature, vector_loads, vector_width)
+from ..kgen.emit import (NARROW, VECTOR, WARP, all_variants, cuda_kernel, cuda_module,
+                         entry_points, numba_module, signature, vector_loads, vector_width,
+                         warp_rows)
 from ..kgen.kir import KernelBody
 from .launchers import CpuLauncher, CudaLauncher, Vector
 
 
 def narrow_unit() -> tuple[str, ...]:
-    """The entry points of a unit's first cubin: 32-bit index, and vectorized where a kernel has
-    one (``DLCB_VECTORIZE=0``: none; read at each build)."""
-    return (NARROW,) if os.environ.get("DLCB_VECTORIZE", "1") == "0" else (NARROW, VECTOR)
+    """The entry points of a unit's first cubin: 32-bit index, warp per output where a
+    block-per-output kernel has one, and vectorized where a kernel has one (``DLCB_VECTORIZE=0``:
+    none; read at each build)."""
+    return (NARROW, WARP) if os.environ.get("DLCB_VECTORIZE", "1") == "0" else \
+        (NARROW, WARP, VECTOR)
 
 UNIT_BYTES = 8_000
 """Source per NVRTC unit: each unit also pays NVRTC's start-up and the prelude's parse (~0.1 s)."""
@@ -64,7 +67,8 @@ def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any
 
     sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     launchers: list[CudaLauncher | None] = [None] * len(bodies)
-    unit = narrow_unit() if vectorized is None else (NARROW, VECTOR) if vectorized else (NARROW,)
+    unit = narrow_unit() if vectorized is None else \
+        (NARROW, WARP, VECTOR) if vectorized else (NARROW, WARP)
     for pair, group in zip(cubins, groups):
         sub = [bodies[i] for i in group]
         mods = {narrow: CudaModule(cubin, entry_points(sub, unit if narrow else ("",)))
@@ -73,7 +77,8 @@ def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any
             launchers[i] = CudaLauncher({(j, narrow): mods[narrow].kernel(
                 v.name + NARROW * narrow, signature(v))
                 for j, v in enumerate(bodies[i].variants()) for narrow in (False, True)}, sm,
-                _vector(bodies[i], mods[True]) if VECTOR in unit else None)
+                _vector(bodies[i], mods[True]) if VECTOR in unit else None,
+                *_warp(bodies[i], mods[True]))
     return launchers
 
 
@@ -88,6 +93,13 @@ def _vector(k: KernelBody, mod) -> Vector | None:
                   w * k.dtype.torch.itemsize)
 
 
+def _warp(k: KernelBody, mod) -> tuple[Any, bool]:
+    """The warp-per-output entry point of ``k``'s block-per-output variant in ``mod`` (or None),
+    and whether that variant reads its rows contiguously (``warp_rows``)."""
+    v = k.variant
+    return (None, False) if v is None else (mod.kernel(v.name + WARP, signature(v)), warp_rows(v))
+
+
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
     """Returns (a launcher per kernel, kernel functions built incl. variants and index widths)."""
     if backend == "cuda":
@@ -99,7 +111,8 @@ def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int
         wide = [compile_cubin_later(cuda_module(sub, ("",)), arch=arch) for sub in subs]
         cubins = list(zip(narrow, wide))
         return cuda_launchers(bodies, cubins, groups), \
-            2 * len(all_variants(bodies)) + sum(vector_width(b) > 1 for b in bodies)
+            2 * len(all_variants(bodies)) + sum(vector_width(b) > 1 for b in bodies) + \
+            sum(b.variant is not None for b in bodies)
     from .numba_cpu import load_numba_module
 
     mod, _ = load_numba_module(numba_module(bodies))

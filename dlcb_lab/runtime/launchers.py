@@ -3,7 +3,8 @@
 Both take ``(variant, numel, out, ins, params, narrow, width)``: ``variant`` 0 is one thread per
 output element, 1 (reductions) one block per output element; ``narrow`` selects the 32-bit index
 entry point (CUDA only; the host program decides it from the kernel's index bound); ``width`` > 1
-the vectorized entry point, that many outputs per thread (``width(...)`` decides it at launch).
+the wide entry point: of variant 0 the vectorized one, that many outputs per thread, of variant 1
+the warp-per-output one, that many outputs per block (``width(...)`` decides it at launch).
 ``geometry(variant, numel, width)`` is the launch configuration ``(grid, block)`` a call uses
 (``Thunk.launches`` reports it; ``Kernel.forall`` launches with it)."""
 
@@ -19,6 +20,17 @@ from ..kgen.abi import pack
 
 BLOCK = 256
 MAX_GRID = 1 << 16
+WARP_MAX = 512
+"""Longest reduced extent a warp per output serves (``kgen.emit.WARP``; the row it keeps in
+registers, ``kgen.emit.ROW_CACHE`` elements per lane): every block-per-output launch at or below
+it runs a warp per output instead. A block per row there holds 256 threads through two block
+barriers per row for a handful of elements each: on the H200, Swin-T's layer norms over 96
+channels at batch 32 took 1 ms a call (eager's 43 us)."""
+WARP_MIN_ROWS = 32
+"""Shortest contiguous row (``kgen.emit.warp_rows``: a warp's lanes read consecutive elements)
+that a warp per output takes over from a thread per output, whatever the outputs: a thread
+walking its own row reads 32 rows' elements per warp load (Swin-T's softmax over 49-element
+window rows, 301,056 rows at batch 32: 606 us, eager's 89)."""
 NARROW_LIMIT = (1 << 31) - (1 << 25)
 """Largest index bound served by the 32-bit entry point: every index intermediate (at most
 ``kgen.infer.BOUND_SLACK`` above the bound), and ``t`` plus the grid-stride step (at most
@@ -32,10 +44,11 @@ class CpuLauncher:
     def __init__(self, fn):
         self.fn = fn
 
-    def choose(self, numel: int, extent: int) -> int:
+    def choose(self, numel: int, extent: int, narrow: bool = False) -> int:
         return 0
 
-    def width(self, variant: int, numel: int, narrow: bool, out=None, ins=()) -> int:
+    def width(self, variant: int, numel: int, narrow: bool, out=None, ins=(), extent: int = 0
+              ) -> int:
         return 1
 
     def geometry(self, variant: int, numel: int, width: int = 1) -> tuple[int, int]:
@@ -58,41 +71,62 @@ def _flat_array(t: torch.Tensor):
 
 class CudaLauncher:
     """``CudaKernel``s ``(out, *ins, numel, *params)`` (``kgen.abi``) keyed by (variant,
-    narrow). The cooperative variant is chosen when the reduced extent is large enough to occupy
-    a block and either the outputs alone would not fill the GPU or the extent is long.
-    ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None."""
+    narrow). The cooperative variant is chosen for contiguous rows a warp per output serves
+    (``rows``, ``WARP_MIN_ROWS``..``WARP_MAX``), or when the reduced extent is large enough to
+    occupy a block and either the outputs alone would not fill the GPU or the extent is long.
+    ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None;
+    ``warp``: the warp-per-output entry point of variant 1, or None; ``rows``: whether variant 1
+    reads its rows contiguously (``kgen.emit.warp_rows``)."""
 
-    def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None):
+    def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None,
+                 warp: Any = None, rows: bool = False):
         self.kernels = kernels
         self.vector = vector
+        self.warp = warp
+        self.rows = rows
         self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
 
-    def width(self, variant: int, numel: int, narrow: bool, out=None, ins=()) -> int:
-        """Outputs per thread: the vectorized entry point's width where it applies (variant 0,
-        32-bit index, ``numel`` a multiple of the width, the output and every input it reads as
-        vectors aligned to a vector's bytes; pointers not given are taken as aligned), else 1."""
+    def _by_warp(self, extent: int, narrow: bool) -> bool:
+        """Whether variant 1 runs a warp per output at this ``extent`` and index width."""
+        return self.warp is not None and narrow and extent <= WARP_MAX
+
+    def width(self, variant: int, numel: int, narrow: bool, out=None, ins=(), extent: int = 0
+              ) -> int:
+        """Variant 1: outputs per block, ``BLOCK // 32`` (a warp each) where a warp serves the
+        reduced ``extent`` (at most ``WARP_MAX``, 32-bit index), else 1. Variant 0: outputs per thread, the vectorized entry point's
+        width where it applies (32-bit index, ``numel`` a multiple of the width, the output and
+        every input it reads as vectors aligned to a vector's bytes; pointers not given are taken
+        as aligned), else 1."""
+        if variant:
+            return BLOCK // 32 if self._by_warp(extent, narrow) else 1
         vec = self.vector
-        if vec is None or variant or not narrow or numel % vec.width:
+        if vec is None or not narrow or numel % vec.width:
             return 1
         if out is not None and (out.data_ptr() % vec.out_bytes or
                                 any(ins[i].data_ptr() % b for i, b in vec.loads)):
             return 1
         return vec.width
 
-    def choose(self, numel: int, extent: int) -> int:
-        if (1, False) not in self.kernels or extent < 64:
+    def choose(self, numel: int, extent: int, narrow: bool = False) -> int:
+        if (1, False) not in self.kernels:
+            return 0
+        if self.rows and extent >= WARP_MIN_ROWS and self._by_warp(extent, narrow):
+            return 1
+        if extent < 64:
             return 0
         return 1 if (numel < self.fill or extent >= 4096) else 0
 
     def geometry(self, variant: int, numel: int, width: int = 1) -> tuple[int, int]:
         """``(grid, block)`` for ``numel`` outputs: ``BLOCK`` threads per block, one thread per
-        ``width`` output elements (variant 0) or one block per output element (variant 1), the
-        grid capped at ``MAX_GRID`` (the kernels loop grid-stride over the rest); grid 0 when
-        there is nothing to compute."""
-        return min(MAX_GRID, numel if variant else -(-(numel // width) // BLOCK)), BLOCK
+        ``width`` output elements (variant 0) or one block per ``width`` output elements (variant
+        1), the grid capped at ``MAX_GRID`` (the kernels loop grid-stride over the rest); grid 0
+        when there is nothing to compute."""
+        return min(MAX_GRID, -(-numel // width) if variant else -(-(numel // width) // BLOCK)), \
+            BLOCK
 
     def __call__(self, variant: int, numel: int, out, ins, params, narrow=False, width=1):
-        k = self.vector.kernel if width > 1 else self.kernels[variant, narrow]
+        k = (self.warp if variant else self.vector.kernel) if width > 1 else \
+            self.kernels[variant, narrow]
         k[self.geometry(variant, numel, width)](*pack(out, ins, numel, params))
 
 

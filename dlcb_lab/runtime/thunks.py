@@ -22,7 +22,7 @@ from ..display import Rich
 from ..errors import ShapeMismatch
 from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src, VariantLaunch
 from ..hostgen.program import HostProgram, HostTrace
-from ..kgen.emit import NARROW, VECTOR
+from ..kgen.emit import NARROW, VECTOR, WARP
 from .args import check_inputs
 from .graphs import GraphCache, capacity_from_env
 from .launchers import NARROW_LIMIT, check_index
@@ -31,13 +31,14 @@ from .launchers import NARROW_LIMIT, check_index
 @dataclass(frozen=True)
 class StepLaunch:
     """One step of a call for concrete shapes. Kernels: ``name`` the entry point (the variant,
-    ``_i32`` when the 32-bit index entry point is taken, ``_v`` the vectorized one), ``variant`` 0
-    one thread per output element (``width`` outputs per thread: > 1 vectorized, taking the
-    pointers as aligned) or 1 one block per output element, ``numel`` the elements (0: not launched),
+    ``_i32`` when the 32-bit index entry point is taken, ``_v`` the vectorized one, ``_w`` the
+    warp-per-output one), ``variant`` 0 one thread per output element (``width`` outputs per
+    thread: > 1 vectorized, taking the pointers as aligned) or 1 one block per output element
+    (``width`` > 1: that many per block, a warp each), ``numel`` the elements (0: not launched),
     ``params`` the int params by code name, ``grid``/``block`` the launch configuration
     (``launcher.geometry``: blocks and threads per block on CUDA, ``(numel, 1)`` prange iterations
-    on CPU). Library calls: ``name`` the op, ``params`` its keyword arguments. ``frees``: buffers
-    dropped after the step."""
+    on CPU), ``kernel`` the kernel it is an entry point of. Library calls: ``name`` the op,
+    ``params`` its keyword arguments. ``frees``: buffers dropped after the step."""
 
     index: int
     kind: str                          # "kernel" or "library"
@@ -54,6 +55,7 @@ class StepLaunch:
     grid: int | None = None
     block: int | None = None
     width: int | None = None
+    kernel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,17 +127,20 @@ class Thunk(Rich):
         return None
 
     def _choose(self, step: KernelLaunch, launcher, r: Sequence[int]
-                ) -> tuple[int, VariantLaunch, bool]:
-        """(variant index, variant, 32-bit index entry point) of a kernel step with elements."""
-        v = launcher.choose(r[step.numel], r[step.extent]) if step.extent is not None else 0
-        return v, step.variants[v], self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT
+                ) -> tuple[int, VariantLaunch, bool, int]:
+        """(variant index, variant, 32-bit index entry point, reduced extent or 0) of a kernel
+        step with elements."""
+        narrow = self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT
+        extent = 0 if step.extent is None else r[step.extent]
+        v = launcher.choose(r[step.numel], extent, narrow) if step.extent is not None else 0
+        return v, step.variants[v], narrow, extent
 
     def _walk(self, r: Sequence[int]) -> Iterator[tuple]:
         """The one step walker over the launch plan, for registers ``r`` (``__call__`` runs what
         it yields, ``launches`` reports it): per step, in order, ``(index, step, frees, shape,
         launch)`` with ``shape`` the output buffer's, ``launch`` None for a library call, else
-        ``(launcher, numel, variant index, variant, narrow)`` (variant 0 when ``numel`` is 0:
-        nothing is launched)."""
+        ``(launcher, numel, variant index, variant, narrow, reduced extent)`` (variant 0 when
+        ``numel`` is 0: nothing is launched)."""
         bufs = self.plan.buffers
         kernels = iter(self.launchers)     # one launcher per kernel step, in plan order
         for i, (step, frees) in enumerate(zip(self.plan.steps, self.plan.frees)):
@@ -145,8 +150,8 @@ class Thunk(Rich):
                 continue
             launcher = next(kernels)
             n = r[step.numel]
-            v, var, narrow = self._choose(step, launcher, r) if n else (0, step.variants[0], False)
-            yield i, step, frees, shape, (launcher, n, v, var, narrow)
+            choice = self._choose(step, launcher, r) if n else (0, step.variants[0], False, 0)
+            yield i, step, frees, shape, (launcher, n, *choice)
 
     def launches(self, shapes: Sequence[Sequence[int]]) -> LaunchTrace:
         """What a call with input ``shapes`` (one per input, constants included) does, decided as
@@ -165,16 +170,18 @@ class Thunk(Rich):
                 out.append(StepLaunch(kind="library", name=step.op.name,
                                       params=tuple(step.kwargs(r).items()), **common))
                 continue
-            launcher, n, v, var, narrow = launch
-            w = launcher.width(v, n, narrow)
+            launcher, n, v, var, narrow, extent = launch
+            w = launcher.width(v, n, narrow, extent=extent)
             grid, block = launcher.geometry(v, n, w)
             out.append(StepLaunch(kind="kernel",
-                                  name=var.name + (VECTOR if w > 1 else NARROW * narrow),
+                                  name=var.name + ((WARP if v else VECTOR) if w > 1 else
+                                                   NARROW * narrow),
                                   params=tuple(zip(var.param_names, (r[p] for p in var.params))),
                                   numel=n, variant=v, narrow=narrow,
                                   index_bound=r[step.index_bound],
                                   extent=None if step.extent is None else r[step.extent],
-                                  grid=grid, block=block, width=w, **common))
+                                  grid=grid, block=block, width=w,
+                                  kernel=step.variants[0].name, **common))
         return LaunchTrace(self.kind, self.device, trace, tuple(out), None)
 
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -211,7 +218,7 @@ class Thunk(Rich):
             if launch is None:
                 bufs[step.out] = _library(step, [get(o) for o, _ in step.operands], r, shape)
             else:
-                launcher, n, v, var, narrow = launch
+                launcher, n, v, var, narrow, extent = launch
                 for o, reg, what in step.index_checks if checks else ():
                     if o.src is not Src.INPUT:   # inputs: checked above
                         check_index(get(o), r[reg], what)
@@ -220,7 +227,7 @@ class Thunk(Rich):
                 if n:
                     ins = [get(o) for o in var.operands]
                     launcher(v, n, out, ins, [r[p] for p in var.params], narrow,
-                             launcher.width(v, n, narrow, out, ins))
+                             launcher.width(v, n, narrow, out, ins, extent))
             for j in frees:
                 bufs[j] = None
         return tuple(get(o) for o in plan.outputs)

@@ -453,9 +453,10 @@ def launch_trace(t: LaunchTrace) -> Rendering:
             how, params = badge("library", "library"), _kv(s.params)
         else:
             width = "32-bit" if s.narrow else "64-bit"
-            var = "block per output" if s.variant else \
-                f"{s.width} outputs per thread (vectorized)" if (s.width or 1) > 1 else \
-                "thread per output"
+            wide = (s.width or 1) > 1
+            var = (f"warp per output ({s.width} per block)" if wide else "block per output") \
+                if s.variant else \
+                f"{s.width} outputs per thread (vectorized)" if wide else "thread per output"
             how = (f"{badge('kernel', 'generated')} {s.numel} elements, {var}, {width} index"
                    + ((f", {s.grid} prange iterations" if t.device == "cpu" else
                        f", grid {s.grid} &times; block {s.block}") if s.numel else
@@ -463,7 +464,8 @@ def launch_trace(t: LaunchTrace) -> Rendering:
             params = _kv(s.params)
             if s.extent is not None:
                 params += f"{', ' if params else ''}reduced extent {s.extent}"
-        name = f"<code>{esc(s.name)}</code>" if s.kind == "library" else kernel_link(s.name)
+        name = f"<code>{esc(s.name)}</code>" if s.kind == "library" else \
+            kernel_link(s.kernel, s.name)
         rows.append((s.index, name, how,
                      f"<code>%{esc(s.out)}</code> {list(s.shape)}", params,
                      esc(", ".join(f"%{f}" for f in s.frees))))

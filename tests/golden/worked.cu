@@ -102,56 +102,69 @@ __device__ __forceinline__ void dlcb_lse_merge(T& m, T& s, T m2, T s2) {
   if (m2 == -INFINITY) return;
   if (m2 > m) { s = s * dlcb_exp(m - m2) + s2; m = m2; } else { s += s2 * dlcb_exp(m2 - m); }
 }
-// Reduce v over the block (blockDim.x a multiple of 32, every thread present); valid in thread 0.
-template <typename T, typename F>
-__device__ __forceinline__ T dlcb_block_reduce(T v, T init, F f) {
-  __shared__ T smem[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// The threads that compute one output together, a group: the block (W false; blockDim.x a
+// multiple of 32, every thread present) or one warp (W true).
+// Reduce v over the group; valid in its first thread.
+template <bool W, typename T, typename F>
+__device__ __forceinline__ T dlcb_group_reduce(T v, T init, F f) {
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
-  __syncthreads();  // smem may still be read by the previous output's reduction
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < (int)((blockDim.x + 31) >> 5) ? smem[lane] : init;
-    for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
+  if constexpr (!W) {
+    __shared__ T smem[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // smem may still be read by the previous output's reduction
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      v = lane < (int)((blockDim.x + 31) >> 5) ? smem[lane] : init;
+      for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
+    }
   }
   return v;
 }
-// v from thread 0 to every thread of the block.
-template <typename T> __device__ __forceinline__ T dlcb_block_broadcast(T v) {
-  __shared__ T b;
-  __syncthreads();  // b may still be read by the previous row
-  if (threadIdx.x == 0) b = v;
-  __syncthreads();
-  return b;
+// v from the group's first thread to every thread of the group.
+template <bool W, typename T> __device__ __forceinline__ T dlcb_group_broadcast(T v) {
+  if constexpr (W) {
+    return __shfl_sync(0xffffffffu, v, 0);
+  } else {
+    __shared__ T b;
+    __syncthreads();  // b may still be read by the previous row
+    if (threadIdx.x == 0) b = v;
+    __syncthreads();
+    return b;
+  }
 }
-template <typename T> __device__ __forceinline__ T dlcb_block_allsum(T v) {
-  return dlcb_block_broadcast(dlcb_block_reduce<T>(v, T(0), dlcb_sum_op()));
+template <bool W, typename T> __device__ __forceinline__ T dlcb_group_allsum(T v) {
+  return dlcb_group_broadcast<W>(dlcb_group_reduce<W, T>(v, T(0), dlcb_sum_op()));
 }
-template <typename T> __device__ __forceinline__ T dlcb_block_allmax(T v) {
-  return dlcb_block_broadcast(dlcb_block_reduce<T>(v, T(-INFINITY), dlcb_max_op()));
+template <bool W, typename T> __device__ __forceinline__ T dlcb_group_allmax(T v) {
+  return dlcb_group_broadcast<W>(dlcb_group_reduce<W, T>(v, T(-INFINITY), dlcb_max_op()));
 }
-// (m, s) combined over the block with dlcb_lse_merge; every thread gets the result.
-template <typename T> __device__ __forceinline__ void dlcb_block_lse(T& m, T& s) {
-  __shared__ T sm[32], ss[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// (m, s) combined over the group with dlcb_lse_merge; every thread of it gets the result.
+template <bool W, typename T> __device__ __forceinline__ void dlcb_group_lse(T& m, T& s) {
   for (int o = 16; o > 0; o >>= 1)
     dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o), __shfl_down_sync(0xffffffffu, s, o));
-  __syncthreads();
-  if (lane == 0) { sm[warp] = m; ss[warp] = s; }
-  __syncthreads();
-  if (warp == 0) {
-    const int nw = (int)((blockDim.x + 31) >> 5);
-    m = lane < nw ? sm[lane] : -INFINITY;
-    s = lane < nw ? ss[lane] : (T)0;
-    for (int o = 16; o > 0; o >>= 1)
-      dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o),
-                     __shfl_down_sync(0xffffffffu, s, o));
-    if (lane == 0) { sm[0] = m; ss[0] = s; }
+  if constexpr (W) {
+    m = __shfl_sync(0xffffffffu, m, 0);
+    s = __shfl_sync(0xffffffffu, s, 0);
+  } else {
+    __shared__ T sm[32], ss[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+    __syncthreads();
+    if (warp == 0) {
+      const int nw = (int)((blockDim.x + 31) >> 5);
+      m = lane < nw ? sm[lane] : -INFINITY;
+      s = lane < nw ? ss[lane] : (T)0;
+      for (int o = 16; o > 0; o >>= 1)
+        dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o),
+                       __shfl_down_sync(0xffffffffu, s, o));
+      if (lane == 0) { sm[0] = m; ss[0] = s; }
+    }
+    __syncthreads();
+    m = sm[0];
+    s = ss[0];
   }
-  __syncthreads();
-  m = sm[0];
-  s = ss[0];
 }
 
 // out = %reshape (f32)
