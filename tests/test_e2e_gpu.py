@@ -144,9 +144,9 @@ class Rows(torch.nn.Module):
 @pytest.mark.parametrize("c", [31, 32, 96, 512, 513])
 def test_short_rows_take_a_warp_per_row(c):
     """Row reductions over contiguous rows of ``c`` elements: one warp per row (``_w``, eight
-    rows per block) where ``c`` is in ``launchers.WARP_EXTENTS``, whatever the rows, the block or
-    a thread per row elsewhere; equal to eager either way."""
-    lo, hi = launchers.WARP_EXTENTS
+    rows per block) from ``launchers.WARP_MIN_ROWS`` to ``launchers.WARP_MAX``, whatever the rows,
+    the block or a thread per row elsewhere; equal to eager either way."""
+    lo, hi = launchers.WARP_MIN_ROWS, launchers.WARP_MAX
     m = Rows()
     w, b = torch.randn(c, device=DEV), torch.randn(c, device=DEV)
     cm = dl.compile(m, (torch.randn(2, 3, c, device=DEV), w, b), dynamic={0: {0: "N"}},

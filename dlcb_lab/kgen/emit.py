@@ -75,36 +75,24 @@ def vector_loads(k: KernelBody) -> tuple[int, ...]:
 
 
 def warp_rows(k: KernelBody) -> bool:
-    """Whether block-per-output kernel ``k`` reads its rows contiguously: every load in its
-    cooperative loops that moves with the loop variable moves by one element per step (its index
-    a sum with coefficient 1 on the variable), so a warp's lanes read consecutive elements and a
-    warp per output beats a thread per output whatever the outputs. Not proven for a strided,
-    gathered or div/mod-split read along the reduced axis, or a nested loop."""
+    """Whether block-per-output kernel ``k`` reads rows, not columns: no load in its cooperative
+    loops steps by more than one element per step of the loop variable (its index a sum with
+    another coefficient on the variable, or a product of it), so a warp per output beats a thread
+    per output whatever the outputs. A read the index arithmetic leaves unproven (div/mod-split,
+    gathered) counts as a row: reductions over the innermost axis are the common case, and a
+    reshaped row (``x.reshape(N, -1, C)`` of an NCHW tensor) is one. A nested loop counts as
+    columns."""
     loops = [s for s in k.stmts if isinstance(s, Loop)]
-    return k.cooperative and bool(loops) and all(_unit_stride(s) for s in loops)
+    return k.cooperative and bool(loops) and not any(_strided(s) for s in loops)
 
 
-def _unit_stride(loop: Loop) -> bool:
-    moving, unit = {loop.var}, {loop.var}   # names that change with the loop variable; by 1
+def _strided(loop: Loop) -> bool:
     for s in loop.body:
-        if isinstance(s, Loop):
-            return False
-        if isinstance(s, IdxSum):
-            on = [(c, n) for c, n in s.terms if n in moving]
-            if on:
-                moving.add(s.name)
-                if on == [(1, loop.var)]:
-                    unit.add(s.name)
-        elif isinstance(s, (IdxProd, IdxDivMod, IdxCast)):
-            used = s.factors if isinstance(s, IdxProd) else \
-                (s.num, s.den) if isinstance(s, IdxDivMod) else (s.value,)
-            if moving.intersection(used):
-                moving.add(s.name)
-        elif isinstance(s, Load) and s.index in moving:
-            if s.index not in unit:
-                return False
-            moving.add(s.name)
-    return True
+        if isinstance(s, Loop) or isinstance(s, IdxProd) and loop.var in s.factors:
+            return True
+        if isinstance(s, IdxSum) and any(n == loop.var and abs(c) != 1 for c, n in s.terms):
+            return True
+    return False
 
 
 def entry_suffixes(k: KernelBody, widths: Sequence[str] = WIDTHS) -> list[str]:

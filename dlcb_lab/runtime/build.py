@@ -95,7 +95,7 @@ def _vector(k: KernelBody, mod) -> Vector | None:
 
 def _warp(k: KernelBody, mod) -> tuple[Any, bool]:
     """The warp-per-output entry point of ``k``'s block-per-output variant in ``mod`` (or None),
-    and whether that variant reads its rows contiguously (``warp_rows``)."""
+    and whether that variant reduces rows, not columns (``warp_rows``)."""
     v = k.variant
     return (None, False) if v is None else (mod.kernel(v.name + WARP, signature(v)), warp_rows(v))
 

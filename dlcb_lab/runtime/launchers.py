@@ -27,10 +27,10 @@ it runs a warp per output instead. A block per row there holds 256 threads throu
 barriers per row for a handful of elements each: on the H200, Swin-T's layer norms over 96
 channels at batch 32 took 1 ms a call (eager's 43 us)."""
 WARP_MIN_ROWS = 32
-"""Shortest contiguous row (``kgen.emit.warp_rows``: a warp's lanes read consecutive elements)
-that a warp per output takes over from a thread per output, whatever the outputs: a thread
-walking its own row reads 32 rows' elements per warp load (Swin-T's softmax over 49-element
-window rows, 301,056 rows at batch 32: 606 us, eager's 89)."""
+"""Shortest row (``kgen.emit.warp_rows``: no reduced load steps by more than one element) that a
+warp per output takes over from a thread per output, whatever the outputs: a thread walking its
+own row reads 32 rows' elements per warp load (Swin-T's softmax over 49-element window rows,
+301,056 rows at batch 32: 606 us, eager's 89)."""
 NARROW_LIMIT = (1 << 31) - (1 << 25)
 """Largest index bound served by the 32-bit entry point: every index intermediate (at most
 ``kgen.infer.BOUND_SLACK`` above the bound), and ``t`` plus the grid-stride step (at most
@@ -71,12 +71,12 @@ def _flat_array(t: torch.Tensor):
 
 class CudaLauncher:
     """``CudaKernel``s ``(out, *ins, numel, *params)`` (``kgen.abi``) keyed by (variant,
-    narrow). The cooperative variant is chosen for contiguous rows a warp per output serves
+    narrow). The cooperative variant is chosen for rows a warp per output serves
     (``rows``, ``WARP_MIN_ROWS``..``WARP_MAX``), or when the reduced extent is large enough to
     occupy a block and either the outputs alone would not fill the GPU or the extent is long.
     ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None;
     ``warp``: the warp-per-output entry point of variant 1, or None; ``rows``: whether variant 1
-    reads its rows contiguously (``kgen.emit.warp_rows``)."""
+    reduces rows, not columns (``kgen.emit.warp_rows``)."""
 
     def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None,
                  warp: Any = None, rows: bool = False):
