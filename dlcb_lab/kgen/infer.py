@@ -461,27 +461,33 @@ def _is_poly_of_vars(e: Expr) -> bool:
     return all(_is_poly_of_vars(c) for c in e.children())
 
 
-def magnitude(e: Expr, b: Bounds) -> Expr:
+def magnitude(e: Expr, b: Bounds, memo: dict | None = None) -> Expr:
     """A bound, as an expression of runtime dims, on ``|x|`` for the value ``x`` of ``e`` and for
     every partial result of computing it term by term, over the coordinate ranges ``b`` (runtime
     dims are non-negative; a coordinate ``v`` is at most ``b[v] - 1``; ``|x // d| <= |x| // d``,
     plus one when ``x`` may be negative; ``x % d`` is below ``d``, its floor correction below
-    ``2d``)."""
+    ``2d``). ``memo``: magnitudes already found under ``b`` (expressions share subexpressions)."""
     if isinstance(e, Lit):
         return lit(abs(e.value))
     if isinstance(e, Var):
         return b[e.name] - 1 if e.name in b else e
+    memo = {} if memo is None else memo
+    done = memo.get(e)
+    if done is not None:
+        return done
     if isinstance(e, Sum):
-        return sum((magnitude(m, b) * abs(c) for m, c in e.terms), lit(abs(e.const)))
-    if isinstance(e, Prod):
-        return prod(magnitude(f, b) for f in e.factors)
-    if isinstance(e, FloorDiv):   # x // d with d >= 1 a runtime value (else only d >= 1 is known)
-        mag = magnitude(e.num, b)
-        if e.den.free_vars & b.keys():
-            return mag
-        lo = lower(e.num, b)
-        return mag // e.den + (0 if lo is not None and nonneg(lo) else 1)
-    return magnitude(e.den, b) * 2
+        out = sum((magnitude(m, b, memo) * abs(c) for m, c in e.terms), lit(abs(e.const)))
+    elif isinstance(e, Prod):
+        out = prod(magnitude(f, b, memo) for f in e.factors)
+    elif isinstance(e, FloorDiv):   # x // d, d >= 1 a runtime value (else only d >= 1 is known)
+        out = magnitude(e.num, b, memo)
+        if not e.den.free_vars & b.keys():
+            lo = lower(e.num, b)
+            out = out // e.den + (0 if lo is not None and nonneg(lo) else 1)
+    else:
+        out = magnitude(e.den, b, memo) * 2
+    memo[e] = out
+    return out
 
 
 SCALAR_IN_DTYPE = frozenset({"remainder", "pow"})
@@ -498,7 +504,8 @@ def index_bounds(exprs: list[Expr], b: Bounds) -> tuple[Expr, ...]:
     """The magnitudes of ``exprs``, without those provably at most ``BOUND_SLACK`` above another
     one (``N`` beside ``24*N - 1``: the host evaluates fewer bounds per call)."""
     mags: list[Expr] = []
-    for e in dict.fromkeys(magnitude(x, b) for x in exprs):
+    memo: dict = {}
+    for e in dict.fromkeys(magnitude(x, b, memo) for x in exprs):
         if any(nonneg(m - e + BOUND_SLACK) for m in mags):
             continue
         mags = [m for m in mags if not nonneg(e - m + BOUND_SLACK)] + [e]
