@@ -259,7 +259,7 @@ def test_branch_on_a_size_is_a_host_check_and_its_other_side_a_variant():
     cm = dl.compile(Branch(), (torch.randn(5, 3),), dynamic={0: {0: "N"}}, backend="cpu")
     x = torch.randn(9, 3)
     torch.testing.assert_close(cm(x), x * 2)
-    with pytest.raises(dl.ShapeMismatch, match=r"N >= 4"):
+    with pytest.raises(dl.ShapeMismatch, match=r"N > 3 \(s\d+ > 3\)"):
         cm._thunk(torch.randn(2, 3))
     for n in (2, 3):
         x = torch.randn(n, 3)
@@ -304,9 +304,9 @@ def _auto_matches_declared(name: str) -> None:
     free = {r.axis for r in cm.pipeline.dims.of("x") if r.kind.value != "literal"}
     assert free == set(spec.dynamic[0]), (name, free, [r.why for r in cm.pipeline.dims.of("x")])
     row = zoo.check_model(name, backend="cpu", cm=cm)
-    # a variant is no recompile: in ConvNeXt torch's fake convolution adds the guard ``batch > 1``
-    # (export's log: fake_impls conv), so its general program holds from batch 2; Swin at 256
-    # takes the other side of its branch on the resolution
+    # a variant is no recompile: Swin at 256 takes the other side of its branch on the
+    # resolution. ConvNeXt has none: torch's fake convolution guards ``batch > 1`` for its
+    # memory format, a guard of torch's own that a size-oblivious trace's ranges leave out
     assert row["ok"] and row["variants"] <= spec.variants, row   # ok: no other compile
 
 

@@ -56,12 +56,11 @@ def rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-def run(m, ins, dynamic, calls=(), tol=1e-5, variants=0):
+def run(m, ins, dynamic, calls=(), tol=1e-5):
     """Compile ``m`` once for ``ins`` and compare with eager on ``ins`` and on each input tuple of
-    ``calls``; returns the compiled module. ``variants``: size-1 variants the calls must compile
-    (a size export's guards exclude from the general program). A bare ``torch.nn`` layer is
-    wrapped in a Sequential (as the fx tracer needed; kept so the cases compile the same module
-    structure)."""
+    ``calls``, all served by that one compile (no variant); returns the compiled module. A bare
+    ``torch.nn`` layer is wrapped in a Sequential (as the fx tracer needed; kept so the cases
+    compile the same module structure)."""
     if type(m).__module__.startswith("torch.nn"):
         m = nn.Sequential(m)
     m = m.eval()
@@ -76,7 +75,7 @@ def run(m, ins, dynamic, calls=(), tol=1e-5, variants=0):
             torch.testing.assert_close(a, b, rtol=tol, atol=tol, equal_nan=True,
                                        msg=lambda s: f"{ctx}: {s}")
     stats = cm.stats()
-    assert (stats["compiles"], stats["variants"]) == (1 + variants, variants), stats
+    assert (stats["compiles"], stats["variants"]) == (1, 0), stats
     return cm
 
 
@@ -458,15 +457,11 @@ SHAPE_OPS = {   # name: (fn, n inputs, example shapes, dynamic, call shapes)
 }
 
 
-SHAPE_OP_VARIANTS = {"pad-modes": 1}   # export guards N >= 2: the N = 1 call runs a variant
-
-
 @pytest.mark.parametrize("name", SHAPE_OPS)
 def test_shape_ops(name):
     fn, n_in, shapes, spec, calls = SHAPE_OPS[name]
     run(_fn(fn, n_in), tuple(rand(*s, seed=i) for i, s in enumerate(shapes)), spec,
-        [tuple(rand(*s, seed=10 + i) for i, s in enumerate(c)) for c in calls],
-        variants=SHAPE_OP_VARIANTS.get(name, 0))
+        [tuple(rand(*s, seed=10 + i) for i, s in enumerate(c)) for c in calls])
 
 
 AXIS_ERRORS = {   # name: (fn, expected message)

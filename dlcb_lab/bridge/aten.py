@@ -399,9 +399,15 @@ the call's sizes (the guard's other side)."""
 
 def _ranges(g: Graph, cap: Captured, symbols: dict) -> None:
     """Each export symbol's range as host checks, after the graph's own requirements (so a slice
-    out of its axis is reported as the slice, not as the range it implies)."""
+    out of its axis is reported as the slice, not as the range it implies), where the trace had
+    export's 0/1 specialization (ranges from 2). A size-oblivious trace's ranges also hold what
+    torch's own shape functions guarded (the fake convolution's memory-format choice asks
+    ``N > 1`` and ``H // 32 > 1``: ConvNeXt's range was N >= 2, H >= 64, and batch 1 compiled a
+    variant); there the code's own guards are the ranges (``_guards``)."""
     from torch.utils._sympy.numbers import int_oo
 
+    if cap.oblivious:
+        return
     where = "torch.export"
     for sym, vr in cap.program.range_constraints.items():
         d = symbols.get(sym)
@@ -542,7 +548,7 @@ def _guards(g: Graph, cap: Captured, symbols: dict) -> None:
                     unchecked.append(f"{e} ({loc})")
                 continue
             if len(e.free_symbols) == 1 and (e.lhs.is_Symbol or e.rhs.is_Symbol) and \
-                    not isinstance(e, rel.Ne):   # a range: ``_ranges``
+                    not isinstance(e, rel.Ne) and not cap.oblivious:   # a range: ``_ranges``
                 continue
             taken: list = []
             try:
@@ -556,8 +562,11 @@ def _guards(g: Graph, cap: Captured, symbols: dict) -> None:
             else:
                 checks = {rel.Ge: [d], rel.Gt: [d - 1], rel.Le: [-d], rel.Lt: [-d - 1],
                           rel.Eq: [d, -d]}[type(e)]
+            named = e.xreplace({s: sympy.Symbol(repr(symbols[s])) for s in e.free_symbols
+                                if s in symbols})
+            said = f"{named} ({e})" if str(named) != str(e) else str(e)
             for c in checks + taken:
-                g.require(c, "torch.export", f"{e}: {GUARD_NOTE}", loc)
+                g.require(c, "torch.export", f"{said}: {GUARD_NOTE}", loc)
     if unchecked:
         warnings.warn(f"DLCB cannot check {len(unchecked)} of torch.export's guards on sizes (no "
                       f"dim form); a call where one fails computes the traced branch: "

@@ -62,6 +62,7 @@ class Captured:
     pins: tuple[tuple[int, int, int], ...] = ()
     auto: bool = False
     widened: bool = False             # a size-1 example axis was traced at 2
+    oblivious: bool = False           # traced size-obliviously (else with 0/1 specialization)
 
     @property
     def graph(self):
@@ -126,12 +127,13 @@ def capture(module: nn.Module, examples: Sequence[Any], dynamic: Any) -> Capture
     spec = {i: {k: f"{names[i]}_{k}" for k in range(ex.dim())} for i, ex in enumerate(examples)} \
         if auto else normalize_dynamic(dynamic, names, [ex.dim() for ex in examples])
     widen = {(i, k) for i, axes in spec.items() for k in axes if examples[i].shape[k] == 1}
+    oblivious = True
     try:   # size-oblivious: the general program; its ranges are the code's own guards
         ep, symbolic = _export(module, examples, params, spec, widen, oblivious=True)
         if any(k not in symbolic[i] for i, k in widen):   # the code fixes a widened axis
             raise SpecError("a widened axis was specialized")
     except DLError:   # traced as given, with export's 0/1 specialization (ranges from 2)
-        widen = set()
+        widen, oblivious = set(), False
         ep, symbolic = _export(module, examples, params, spec, widen, oblivious=False)
     users = _user_inputs(ep)
     if auto:   # one name per export symbol: axes export found equal share their dim
@@ -142,7 +144,7 @@ def capture(module: nn.Module, examples: Sequence[Any], dynamic: Any) -> Capture
                     spec[i][k] = named.setdefault(str(sz), spec[i][k])
     pins = tuple((i, k, int(examples[i].shape[k])) for i, axes in spec.items() for k in axes
                  if k not in symbolic[i])
-    return Captured(ep, tuple(names), tuple(examples), spec, pins, auto, bool(widen))
+    return Captured(ep, tuple(names), tuple(examples), spec, pins, auto, bool(widen), oblivious)
 
 
 def _export(module: nn.Module, examples: Sequence[torch.Tensor], params, spec: dict,
