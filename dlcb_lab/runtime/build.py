@@ -30,8 +30,12 @@ def narrow_unit() -> tuple[str, ...]:
     """The entry points of a unit's first cubin: 32-bit index, warp per output where a
     block-per-output kernel has one, and vectorized where a kernel has one (``DLCB_VECTORIZE=0``:
     none; read at each build)."""
-    return (NARROW, WARP) if os.environ.get("DLCB_VECTORIZE", "1") == "0" else \
-        (NARROW, WARP, VECTOR)
+    return _unit(os.environ.get("DLCB_VECTORIZE", "1") != "0")
+
+
+def _unit(vectorized: bool) -> tuple[str, ...]:
+    return (NARROW, WARP, VECTOR) if vectorized else (NARROW, WARP)
+
 
 UNIT_BYTES = 8_000
 """Source per NVRTC unit: each unit also pays NVRTC's start-up and the prelude's parse (~0.1 s)."""
@@ -67,8 +71,7 @@ def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any
 
     sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     launchers: list[CudaLauncher | None] = [None] * len(bodies)
-    unit = narrow_unit() if vectorized is None else \
-        (NARROW, WARP, VECTOR) if vectorized else (NARROW, WARP)
+    unit = narrow_unit() if vectorized is None else _unit(vectorized)
     for pair, group in zip(cubins, groups):
         sub = [bodies[i] for i in group]
         mods = {narrow: CudaModule(cubin, entry_points(sub, unit if narrow else ("",)))

@@ -93,10 +93,10 @@ class CudaLauncher:
     def width(self, variant: int, numel: int, narrow: bool, out=None, ins=(), extent: int = 0
               ) -> int:
         """Variant 1: outputs per block, ``BLOCK // 32`` (a warp each) where a warp serves the
-        reduced ``extent`` (at most ``WARP_MAX``, 32-bit index), else 1. Variant 0: outputs per thread, the vectorized entry point's
-        width where it applies (32-bit index, ``numel`` a multiple of the width, the output and
-        every input it reads as vectors aligned to a vector's bytes; pointers not given are taken
-        as aligned), else 1."""
+        reduced ``extent`` (at most ``WARP_MAX``, 32-bit index), else 1. Variant 0: outputs per
+        thread, the vectorized entry point's width where it applies (32-bit index, ``numel`` a
+        multiple of the width, the output and every input it reads as vectors aligned to a
+        vector's bytes; pointers not given are taken as aligned), else 1."""
         if variant:
             return BLOCK // 32 if self._by_warp(extent, narrow) else 1
         vec = self.vector
