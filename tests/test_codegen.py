@@ -75,7 +75,8 @@ def _entry_head(src: str) -> str:
 
 def test_int_params_are_long_long():
     """Named and host-computed dims are ``long long`` parameters of both entry points; the body's
-    index type is only the template parameter ``I`` (64-bit entry: long long, 32-bit: int)."""
+    index type is only the template parameter ``I`` (64-bit entry: long long, 32-bit: int),
+    save the divisor params (``kgen.abi.magic``: 64 bits at both widths)."""
     for case in CASES:
         for spec in ("dynamic",) + (("dynamic2",) if case.dynamic2 else ()):
             _, bodies = build(case, spec)
@@ -86,6 +87,9 @@ def test_int_params_are_long_long():
                     assert f"long long {name}" in head, (case.name, b.name, head)
                 assert "long long numel" in head
                 body = src[:src.index('extern "C"')]
+                for name, _ in b.divisors:
+                    assert f"long long {name}" in head
+                    body = body.replace(f"const long long {name}", "")
                 assert not re.search(r"\b(int|long)\b", body), body
                 group = ", false" if b.cooperative else ""   # W: a block-per-output body's group
                 assert f"{b.name}_body<long long{group}>(" in src

@@ -76,3 +76,45 @@ def test_wrong_arg_count(kernel):
     x = torch.zeros(4, device="cuda")
     with pytest.raises(dl.ArgumentError, match="takes 5 arguments, got 3"):   # a TypeError
         kernel[1, 32](x, x, 4)
+
+
+def test_prelude_magic_division(tmp_path, monkeypatch):
+    """The prelude's 32-bit ``dlcb_udiv``/``dlcb_umod`` against torch on the device, with
+    ``kgen.abi.magic`` divisors from 1 to 2**31 - 1 and indices up to 2**31 - 1; the 64-bit
+    instantiation divides plainly."""
+    monkeypatch.setenv("DLCB_CACHE_DIR", str(tmp_path))
+    from dlcb_lab.kgen.abi import magic
+    from dlcb_lab.kgen.spellings import CUDA_PRELUDE
+    from dlcb_lab.runtime.cuda_launch import CudaModule
+    from dlcb_lab.runtime.nvrtc import compile_cubin, device_arch
+
+    src = CUDA_PRELUDE + r"""
+extern "C" __global__ void qr(const long long* n, const long long* d, const long long* dm,
+                              long long* q, long long* r, long long* q64, long long k) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= k) return;
+    q[i] = dlcb_udiv<int>((int)n[i], (int)d[i], dm[i]);
+    r[i] = dlcb_umod<int>((int)n[i], (int)d[i], dm[i]);
+    q64[i] = dlcb_udiv<long long>(n[i], d[i], dm[i]);
+}
+"""
+    kernel = CudaModule(compile_cubin(src, arch=device_arch()), ["qr"]).kernel(
+        "qr", ("ptr",) * 6 + ("i64",))
+    g = torch.Generator().manual_seed(0)
+    top = (1 << 31) - 1
+    ds = [1, 2, 3, 7, 49, 96, 197, 3136, 65537, (1 << 30) - 1, 1 << 30, (1 << 30) + 1, top]
+    ds += torch.randint(1, top, (64,), generator=g).tolist()
+    ds += [int(x) for x in torch.randint(1, 1 << 12, (64,), generator=g)]
+    pairs = []
+    for d in ds:
+        ns = {0, 1, d - 1, d, d + 1, 2 * d - 1, top, top - 1, top - d}
+        ns |= set(torch.randint(0, top, (16,), generator=g).tolist())
+        pairs += [(n, d) for n in ns if 0 <= n <= top]
+    n = torch.tensor([p[0] for p in pairs], dtype=torch.int64, device="cuda")
+    d = torch.tensor([p[1] for p in pairs], dtype=torch.int64, device="cuda")
+    dm = torch.tensor([magic(p[1]) for p in pairs], dtype=torch.int64, device="cuda")
+    q, r, q64 = (torch.full_like(n, -1) for _ in range(3))
+    kernel[_grid(len(pairs)), 256](n, d, dm, q, r, q64, len(pairs))
+    torch.testing.assert_close(q, n // d, rtol=0, atol=0)
+    torch.testing.assert_close(r, n % d, rtol=0, atol=0)
+    torch.testing.assert_close(q64, n // d, rtol=0, atol=0)

@@ -11,13 +11,16 @@ import time
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
-from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, pack
+from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, magic, magic_div, pack
 from dlcb_lab.kgen.emit import (NARROW, VECTOR, WARP, all_variants, cuda_kernel, cuda_module,
                                 entry_points, vector_loads, vector_width, warp_rows,
                                 numba_kernel, numba_signature, signature)
+from dlcb_lab.dims import Lit
 from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.runtime.cuda_launch import CudaModule
 from dlcb_lab.runtime.nvrtc import compile_cubin, compile_cubin_later, wait_background
@@ -65,7 +68,7 @@ def test_sources_print_the_abi(name):
             assert numba_signature(k).count("[::1]") == len(a.buffers)
             assert numba_signature(k).count("int64") == len(a.ints)
         assert [p.value for p in a.buffers] == [k.out, *k.inputs]
-        assert [(p.name, p.expr) for p in a.int_params] == list(k.params)
+        assert [(p.name, p.expr) for p in a.int_params] == list(k.params + k.divisors)
         assert a.ints[0].name == "numel" and a.ints[0].expr is k.numel
 
 
@@ -167,12 +170,35 @@ def test_warp_entry_points():
 
 def test_abi_order_enforced_and_pack():
     out, numel = Param("out", "out"), Param("numel", "numel")
-    EntryABI("k", (out, Param("in0", "in"), numel, Param("p", "int")))
+    EntryABI("k", (out, Param("in0", "in"), numel, Param("p", "int"), Param("dv0", "div")))
     for bad in [(Param("in0", "in"), out, numel), (out, numel, Param("in0", "in")),
-                (out, Param("p", "int"), numel), (out,)]:
+                (out, Param("p", "int"), numel), (out,),
+                (out, numel, Param("dv0", "div"), Param("p", "int"))]:
         with pytest.raises(dl.BuildError, match="out of ABI order"):
             EntryABI("k", bad)
     assert pack("o", ["a", "b"], 7, [1, 2]) == ("o", "a", "b", 7, 1, 2)
+
+
+@given(st.integers(0, (1 << 31) - 1), st.integers(1, (1 << 31) - 1))
+def test_magic_division(n, d):
+    """A runtime divisor's param: ``n // d`` from a multiply-high and a shift, for every
+    non-negative 32-bit index and divisor, in 32-bit unsigned arithmetic."""
+    packed = magic(d)
+    m, shift = packed & 0xFFFFFFFF, packed >> 32
+    assert packed == shift << 32 | m and shift <= 31
+    assert ((n * m) >> 32) + n < 1 << 32     # the kernel's sum does not wrap
+    assert magic_div(n, packed) == n // d
+    assert magic_div((1 << 31) - 1, packed) == ((1 << 31) - 1) // d
+
+
+def test_magic_division_edges():
+    for d in [1, 2, 3, 7, 49, 2**16 + 1, 2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1]:
+        for n in {0, 1, d - 1, d, d + 1, 2 * d - 1, (1 << 31) - 1} - {1 << 31}:
+            if n < 1 << 31:
+                assert magic_div(n, magic(d)) == n // d, (n, d)
+    assert magic(0) == magic(1)                       # a kernel without elements
+    for d in [2**31, 2**40]:                          # beyond every 32-bit index: quotient 0
+        assert magic_div((1 << 31) - 1, magic(d)) == 0
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +251,36 @@ def test_direct_signatures_read_the_abi_and_the_one_guard_list(convpool):
         for v, sig in zip(k.body.variants(), k.signatures):
             a = abi(v)
             assert tuple(b.name for b in sig.buffers) == tuple(q.name for q in a.buffers)
-            assert sig.int_names == tuple(q.name for q in a.ints)
+            assert sig.int_names == tuple(q.name for q in a.ints if q.kind != "div")
             assert all(any(gd is h for h in guards) for gd in sig.guards)
+
+
+def test_runtime_divisors_are_magic_params(convpool):
+    """A division by a runtime value names its divisor param; the CUDA body divides by it at 32
+    bits; the host program and a direct launch pass ``magic`` of the divisor's value."""
+    p = convpool.pipeline
+    x = torch.randn(3, 3, 13, 10)
+    steps = [s for s in convpool.trace(x).steps if s.kind == "kernel"]
+    env = {"N": 3, "H": 13, "W": 10}
+    seen = 0
+    for k, step in zip(p.kernels, steps):
+        b = k.body
+        named = {s.magic for s in b.stmts if getattr(s, "magic", "")}
+        assert named == {n for n, _ in b.divisors}
+        src = cuda_kernel(b)
+        for n, e in b.divisors:
+            assert f"const long long {n}" in src and f", {n})" in src
+            assert not isinstance(e, Lit) and not e.free_vars - env.keys()
+            assert dict(step.params)[n] == magic(e.evaluate(env))
+            seen += 1
+        if b.divisors:
+            y = torch.empty([int(d.evaluate(env)) for d in p.graph.dims(b.out)])
+            ins = [x if v.name == "x" else torch.empty(
+                [int(d.evaluate(env)) for d in p.graph.dims(v)]) for v in b.inputs]
+            d = k.variant(0).check(y, *ins)
+            assert [v for n, v in d.params if n.startswith("dv")] == \
+                [magic(e.evaluate(env)) for _, e in b.divisors]
+    assert seen
 
 
 @pytest.mark.parametrize("case", CASES[:3], ids=lambda c: c.name)

@@ -23,6 +23,7 @@ import torch.nn as nn
 
 import dlcb_lab as dl
 from dlcb_lab.hostgen.lower import Src
+from dlcb_lab.kgen.abi import magic
 from dlcb_lab.viz.render import render
 from dlcb_lab.viz.report import Report
 from dlcb_lab.viz.style import FOLD_ROWS
@@ -129,7 +130,9 @@ def test_trace_equals_the_call(cm, monkeypatch, n, h, w):
     lib = [s for s in lt.steps if s.kind == "library"]
     assert [s.name for s in lib] == ["conv2d"] and dict(lib[0].params)["padding"] == (1, 1)
     flat = by_out["flatten"]
-    assert flat.numel == n * 4 * h * w and dict(flat.params) == {"d_H": h, "d_W": w}
+    body = next(k.body for k in cm.pipeline.kernels if k.name == flat.kernel)
+    assert flat.numel == n * 4 * h * w and dict(flat.params) == {
+        "d_H": h, "d_W": w, **{dv: magic(e.evaluate({"H": h, "W": w})) for dv, e in body.divisors}}
 
 
 BAD = {

@@ -329,8 +329,8 @@ def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int
                   ) -> KernelLaunch:
     abis = [abi(v) for v in kb.variants()]      # the slots the ABI's parameters take
     variants = tuple(VariantLaunch(tuple(operand(p.value) for p in a.inputs),
-                                   tuple(hb.slot(f"{a.entry}.{p.name}", p.expr)
-                                         for p in a.int_params),
+                                   tuple(hb.slot(f"{a.entry}.{p.name}", p.expr,
+                                                 p.kind == "div") for p in a.int_params),
                                    a.entry, tuple(p.name for p in a.int_params))
                      for a in abis)
     extent = None if kb.reduce_extent is None else hb.slot(f"{kb.name}.extent", kb.reduce_extent)

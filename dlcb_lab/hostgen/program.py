@@ -22,6 +22,7 @@ from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit
 from ..dims.bind import Attainable, Bind, BindPlan, Check, Consistent
 from ..display import Rich
 from ..errors import ShapeError, ShapeMismatch
+from ..kgen.abi import magic
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ INSTRUCTIONS: dict[str, OpSpec] = {
     "mod": OpSpec("{A} % {B}", "{B} <= 0", _DIVISOR),         # r[d] = r[a] % r[b], r[b] > 0
     "fdiv0": OpSpec("{A} // {B} if {B} > 0 else 0"),         # launch slots: 0 when r[b] <= 0
     "mod0": OpSpec("{A} % {B} if {B} > 0 else 0"),           # (only a kernel of 0 elements has one)
+    "magic": OpSpec("magic({A})"),                            # r[d] = kgen.abi.magic(r[a])
     "check": OpSpec("", "{A} != {B}", "M[{d}].format(got={A}, want={B})"),   # r[a] == r[b]
     "positive": OpSpec("", "{A} <= 0", "M[{d}].format(got={A})"),            # r[a] > 0
     "nonneg": OpSpec("", "{A} < 0", "M[{d}].format(got={A})"),               # r[a] >= 0
@@ -122,7 +124,7 @@ class HostProgram(Rich):
     def _execute(self, shapes: Sequence[Sequence[int]], r: list[int]) -> Iterator[str | None]:
         """Evaluate the instructions one at a time into ``r``, yielding per instruction ``None``
         or, for a failing check, its message (then stopping)."""
-        ns = {"r": r, "shapes": shapes, "M": self.messages}
+        ns = {"r": r, "shapes": shapes, "M": self.messages, "magic": magic}
         for ins, (fail, message, value) in zip(self.instrs, self._steps):
             if fail is not None and eval(fail, ns):
                 yield eval(message, ns)
@@ -183,7 +185,7 @@ class HostProgram(Rich):
         used = {i.dst for i in self.instrs if i.op not in _CHECKS}
         regs = ", ".join(f"r{i}" if i in used else "0" for i in range(self.n_regs))
         lines.append(f"    return [{regs}]")
-        ns = {"ShapeMismatch": ShapeMismatch, "M": self.messages}
+        ns = {"ShapeMismatch": ShapeMismatch, "M": self.messages, "magic": magic}
         exec(compile("\n".join(lines), "<dlcb host program>", "exec"), ns)
         return ns["host"]
 
@@ -254,6 +256,7 @@ class HostBuilder:
         self.messages: list[str] = []
         self.slots: dict[str, int] = {}
         self.env: dict[Expr, int] = {}   # expression -> register holding it
+        self.magics: dict[int, int] = {}  # register -> register holding its magic
         self.n = 0
         self.n_args = n_args
         self.lenient = False
@@ -367,8 +370,13 @@ class HostBuilder:
             r = self.emit("max", r, x)
         return r
 
-    def slot(self, name: str, e: Expr) -> int:
+    def slot(self, name: str, e: Expr, divisor: bool = False) -> int:
+        """Register holding ``e`` (``divisor``: ``kgen.abi.magic`` of it), named ``name``."""
         r = self.expr(e)
+        if divisor:
+            if r not in self.magics:
+                self.magics[r] = self.emit("magic", r)
+            r = self.magics[r]
         self.slots[name] = r
         return r
 

@@ -136,7 +136,8 @@ def _header(k: KernelBody, comment: str) -> list[str]:
     """Comment lines naming what each buffer and int parameter holds (user names live here)."""
     a = abi(k)
     lines = [f"{comment} {p.name} = %{p.value.name} ({p.dtype!r})" for p in a.buffers]
-    lines += [f"{comment} {p.name} = {p.expr!r}" for p in a.int_params]
+    lines += [f"{comment} {p.name} = {'magic(' * (p.kind == 'div')}{p.expr!r}"
+              f"{')' * (p.kind == 'div')}" for p in a.int_params]
     return lines
 
 
@@ -394,9 +395,12 @@ class _Cuda(_Printer):
         return f"{name} += {value};"
 
     def divmod(self, s: IdxDivMod) -> str:
+        div = s.op is DivMod.FLOORDIV
         if s.floor:  # C truncates; floor semantics only matter when num may be negative
-            return f"{'dlcb_fdiv' if s.op is DivMod.FLOORDIV else 'dlcb_fmod'}<I>({s.num}, {s.den})"
-        return f"{s.num} {'/' if s.op is DivMod.FLOORDIV else '%'} {s.den}"
+            return f"{'dlcb_fdiv' if div else 'dlcb_fmod'}<I>({s.num}, {s.den})"
+        if s.magic:  # a runtime divisor: a multiply-high and a shift at 32 bits
+            return f"{'dlcb_udiv' if div else 'dlcb_umod'}<I>({s.num}, {s.den}, {s.magic})"
+        return f"{s.num} {'/' if div else '%'} {s.den}"
 
     def result(self, s: Compute, code: str) -> str:
         return code if s.dtype == s.compute and not s.dtype.reduced else self.cast(s.dtype, code)
@@ -560,9 +564,10 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     bufs = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
             for p in a.buffers]
     ints = [p.name for p in a.ints]
+    wide = {p.name for p in a.params if p.kind == "div"}   # long long at both widths
     names = [p.name for p in a.buffers]
     head = _header(k, "//")
-    params = bufs + [f"const I {n}" for n in ints]
+    params = bufs + [f"const {'long long' if n in wide else 'I'} {n}" for n in ints]
     if k.cooperative:
         head.append("// one group of threads per output element (W: a warp, else the block); "
                     "the group's threads split the reduction")
@@ -588,7 +593,8 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     sig = ", ".join(bufs + [f"long long {n}" for n in ints])
     for suffix in widths:
         ty = "long long" if suffix == "" else "int"
-        args = ", ".join(names + [n if ty == "long long" else f"(int){n}" for n in ints])
+        args = ", ".join(names + [n if ty == "long long" or n in wide else f"(int){n}"
+                                  for n in ints])
         body = "_vbody" if suffix == VECTOR else "_body"
         targs = f"{ty}, {'true' if suffix == WARP else 'false'}" if k.cooperative else ty
         lines += [f'extern "C" __global__ void {k.name}{suffix}({sig}) {{',

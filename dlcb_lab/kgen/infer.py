@@ -56,6 +56,7 @@ class _Builder:
         self.coord_defs: dict[Var, Expr] = {}   # output coordinate _c_k -> its value in terms of _t
         self.coord_names: set[str] = set()
         self.params: dict[Expr, str] = {}
+        self.divisors: dict[Expr, str] = {}      # runtime divisor -> its magic param
         self.inputs: dict[int, int] = {}        # value id -> buffer position
         self.in_values: list[Value] = []
         self.loads: list[tuple[str, tuple[Expr, ...]]] = []
@@ -105,6 +106,13 @@ class _Builder:
             self.params[e] = name
         return name
 
+    def divisor(self, d: Expr) -> str:
+        """The magic param of divisor ``d`` (``kgen.abi.magic``), or ``""`` where ``d`` is a
+        literal (NVRTC strength-reduces it) or depends on coordinates (no host value)."""
+        if isinstance(d, Lit) or d.free_vars & self.bounds.keys():
+            return ""
+        return self.divisors.setdefault(d, f"dv{len(self.divisors)}")
+
     def index(self, e: Expr) -> str:
         """Name (or literal / param spelling) holding ``e``; each node is emitted once per scope.
         Output coordinates are spelled through the thread index (they have no statements)."""
@@ -128,7 +136,9 @@ class _Builder:
         else:
             op = DivMod.FLOORDIV if isinstance(e, FloorDiv) else DivMod.MOD
             num, den = self.index(e.num), self.index(e.den)
-            stmt = IdxDivMod(self.tmp("i"), op, num, den, needs_floor(e, self.bounds), e)
+            floor = needs_floor(e, self.bounds)
+            stmt = IdxDivMod(self.tmp("i"), op, num, den, floor, e,
+                             "" if floor else self.divisor(e.den))
         name = stmt.name
         self.index_exprs.append(e)
         scope = self.scope_for(e.free_vars)
@@ -353,7 +363,8 @@ class _Builder:
         params = tuple((n, e) for e, n in self.params.items())
         bounds = index_bounds([numel, *(e for _, e in params), *self.index_exprs], self.bounds)
         return KernelBody(self.name, out_t, self.root, tuple(self.in_values), params, numel,
-                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, bound_extent)
+                          tuple(self.outer.stmts), cmap, bounds, self.cooperative, bound_extent,
+                          divisors=tuple((n, e) for e, n in self.divisors.items()))
 
     def open_loops(self, exts, bounds, extent, loops) -> list[Expr]:
         """Loop variables over ``exts`` in a fresh inner scope: one per extent, or in the

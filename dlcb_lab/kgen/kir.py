@@ -76,6 +76,7 @@ class IdxDivMod:     # I name = num // den  or  num % den  (floor semantics; ``f
     den: str
     floor: bool
     expr: Expr
+    magic: str = ""  # divisor param holding ``abi.magic(den)`` (den a runtime value, num >= 0)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,8 @@ class CoordMap(Rich):
 @dataclass(frozen=True)
 class KernelBody:
     """Everything an emitter needs. Parameters, in order: ``out``, ``in0..`` (``inputs``),
-    ``numel``, then ``params`` (int parameters: code name and the expression the host evaluates).
+    ``numel``, then ``params`` (int parameters: code name and the expression the host evaluates),
+    then ``divisors`` (code name and runtime divisor: the param holds ``abi.magic`` of it).
     ``index_bounds``: expressions of runtime dims bounding every index intermediate the kernel
     computes; the launcher takes the 32-bit entry point when their maximum fits."""
 
@@ -278,6 +280,7 @@ class KernelBody:
     cooperative: bool = False                # one block per output element (reductions)
     reduce_extent: Expr | None = None        # elements reduced per output element (at most)
     variant: "KernelBody | None" = None      # cooperative alternative, chosen at launch
+    divisors: tuple[tuple[str, Expr], ...] = ()
 
     def variants(self) -> tuple["KernelBody", ...]:
         """This kernel and its launch-time alternative, if any."""

@@ -55,7 +55,7 @@ from ..errors import ArgumentError, ShapeMismatch
 from ..hostgen.guards import Guard
 from ..ir.dtypes import dtype_of
 from ..ir.graph import Value
-from ..kgen.abi import abi, pack
+from ..kgen.abi import abi, magic, pack
 from ..kgen.emit import NARROW
 from ..kgen.kir import KernelBody
 from .args import Buffer, as_int, check_buffer, check_overlap
@@ -101,6 +101,7 @@ class KernelSignature:
     index_bounds: tuple[Expr, ...]
     index_checks: tuple[tuple[int, Expr], ...] = ()
     guards: tuple[Guard, ...] = ()
+    divisors: tuple[tuple[str, Expr], ...] = ()
 
     @property
     def int_names(self) -> tuple[str, ...]:
@@ -142,9 +143,10 @@ def kernel_signatures(body: KernelBody, dims: Callable[[Value], Sequence[Expr]],
         checks = tuple((pos[x.id], e) for x, e in reads if x.id in pos)
         free = frozenset().union(*(d.free_vars for b in bufs for d in b.shape))
         mine = tuple(gd for gd in guards if gd.free_vars <= free)
-        numel, *params = a.ints
-        out.append(KernelSignature(v.name, i, v.cooperative, bufs, numel.expr,
-                                   tuple((p.name, p.expr) for p in params), bounds, checks, mine))
+        out.append(KernelSignature(v.name, i, v.cooperative, bufs, a.ints[0].expr,
+                                   tuple((p.name, p.expr) for p in a.int_params if p.kind == "int"),
+                                   bounds, checks, mine,
+                                   tuple((p.name, p.expr) for p in a.int_params if p.kind == "div")))
     return tuple(out)
 
 
@@ -254,12 +256,14 @@ class DirectKernel:
                 why = f"{gd.message.format(got='?', want='?')}: {err}"
             if why is not None:
                 raise ShapeMismatch(f"{sig.entry}: {why}{bd.why(gd.lhs)}")
-        exprs = (sig.numel,) + tuple(e for _, e in sig.params)
+        exprs = (sig.numel,) + tuple(e for _, e in sig.params + sig.divisors)
         values = [bd.value(e, True) for e in exprs]
-        for n, e, v in zip(names, exprs, values):
+        for n, e, v in zip(names + tuple(n for n, _ in sig.divisors), exprs, values):
             if v is None:
                 raise ShapeMismatch(f"{sig.entry}: {n} = {e!r} is not determined by the argument "
                                     f"shapes; pass the ints ({', '.join(names)}) explicitly")
+        values[len(names):] = [magic(v) for v in values[len(names):]]
+        names += tuple(n for n, _ in sig.divisors)
         bounds = [bd.value(e, True) for e in sig.index_bounds]
         bound = None if None in bounds else max(bounds, default=0)
         narrow = self.cuda and bound is not None and bound <= NARROW_LIMIT

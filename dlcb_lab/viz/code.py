@@ -301,6 +301,8 @@ def _signature(k: Kernel) -> str:
     rows.append(("<code>numel</code>", f"<code>{esc(b.numel)}</code>", "threads"))
     rows += [(f"<code>{esc(n)}</code>", f"<code>{esc(e)}</code>", "host-computed")
              for n, e in b.params]
+    rows += [(f"<code>{esc(n)}</code>", f"<code>magic({esc(e)})</code>",
+              "divisor (32-bit: multiply-high and shift)") for n, e in b.divisors]
     return table(["parameter", "holds", ""], rows, raw=True)
 
 

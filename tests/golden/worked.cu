@@ -42,6 +42,15 @@ template <typename T, T (*R)(T)> __device__ __forceinline__ T dlcb_div_floor(T a
 template <typename I> __device__ __forceinline__ I dlcb_fmod(I a, I b) {
   I r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+// a / b for 0 <= a, 0 < b; dm = kgen.abi.magic(b): at 32 bits a multiply-high and a shift
+template <typename I> __device__ __forceinline__ I dlcb_udiv(I a, I b, long long dm) {
+  if (sizeof(I) > 4) return a / b;
+  const unsigned n = (unsigned)a;
+  return (I)((__umulhi(n, (unsigned)dm) + n) >> (unsigned)(dm >> 32));
+}
+template <typename I> __device__ __forceinline__ I dlcb_umod(I a, I b, long long dm) {
+  return a - dlcb_udiv<I>(a, b, dm) * b;
+}
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
