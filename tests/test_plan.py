@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import strategies as hst
 
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
@@ -179,7 +179,7 @@ def test_abi_order_enforced_and_pack():
     assert pack("o", ["a", "b"], 7, [1, 2]) == ("o", "a", "b", 7, 1, 2)
 
 
-@given(st.integers(0, (1 << 31) - 1), st.integers(1, (1 << 31) - 1))
+@given(hst.integers(0, (1 << 31) - 1), hst.integers(1, (1 << 31) - 1))
 def test_magic_division(n, d):
     """A runtime divisor's param: ``n // d`` from a multiply-high and a shift, for every
     non-negative 32-bit index and divisor, in 32-bit unsigned arithmetic."""
