@@ -136,8 +136,8 @@ def _header(k: KernelBody, comment: str) -> list[str]:
     """Comment lines naming what each buffer and int parameter holds (user names live here)."""
     a = abi(k)
     lines = [f"{comment} {p.name} = %{p.value.name} ({p.dtype!r})" for p in a.buffers]
-    lines += [f"{comment} {p.name} = {'magic(' * (p.kind == 'div')}{p.expr!r}"
-              f"{')' * (p.kind == 'div')}" for p in a.int_params]
+    lines += [f"{comment} {p.name} = " + (f"magic({p.expr!r})" if p.kind == "div" else repr(p.expr))
+              for p in a.int_params]
     return lines
 
 
