@@ -24,6 +24,7 @@ from .errors import ArgumentError, DLError, DTypeError, ShapeError, ShapeMismatc
 from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
+from .ir.ops import check_backend
 from .kgen.infer import infer_kernels, materialized_values
 from .kgen.kir import KernelBody
 from .passes import PassRecord, run_passes
@@ -273,6 +274,7 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | to
     g = step("lower", lower_to_ir, cap, fallback)
     step("generalize", check_generalization, g, strict and not cap.auto, cap.auto)
     g, pass_records = step("passes", run_passes, g)
+    check_backend(g, backend)
     bodies = step("kgen", infer_kernels, g, cooperative=backend == "cuda")
     host, plan, consts, shapes = step("hostgen", _hostgen, g, bodies, examples, backend,
                                        cap.widened)

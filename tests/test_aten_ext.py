@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
+from dlcb_lab.ir.ops import check_backend
 from dlcb_lab.kgen.emit import cuda_module
 from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.runtime.nvrtc import compile_cubin
@@ -168,6 +169,24 @@ def test_repeat_reshape_as_baddbmm():
                 torch.baddbmm(y * float("nan"), a, a.transpose(1, 2), beta=0))
     check(Fn(f), lambda n: (_rand(n, 6, seed=n), _rand(1, 2, 2, seed=n + 1)),
           {0: {0: "N"}}, ops={"matmul", "expand"})
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_baddbmm_16bit_rounds_once(dtype):
+    """Eager rounds ``beta * input + alpha * (batch1 @ batch2)`` to 16 bits once: a 16-bit
+    product rounded before the add was off by more than two units in the last place in about
+    one element in 300 (OpInfo sweep). ATen's baddbmm is the library call (input broadcast, also
+    a rank-1 one; beta=0 ignores the input's NaNs), static and dynamic."""
+    def f(c, a, b):
+        return (torch.baddbmm(c, a, b, beta=0.5, alpha=-1.5), torch.baddbmm(c[0, 0], a, b),
+                torch.baddbmm(c * float("nan"), a, b, beta=0, alpha=2))
+
+    def make(n):
+        return (_rand(n, 1, 24, seed=n, dtype=dtype) * 4, _rand(n, 16, 24, seed=n + 1, dtype=dtype),
+                _rand(n, 24, 24, seed=n + 2, dtype=dtype))
+    check(Fn(f), make, False, sizes=(5,), ops={"baddbmm"})
+    check(Fn(f), make, {0: {0: "B"}, 1: {0: "B", 1: "M"}, 2: {0: "B"}}, sizes=(5, 1, 8),
+          ops={"baddbmm"})
 
 
 def test_addcmul_addcdiv():
@@ -394,6 +413,31 @@ def test_on_gpu(test, monkeypatch):
         for values in m.args[1]:
             values = values if len(names) > 1 else (values,)
             test(**dict(zip(names, values)))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32,
+                                   torch.int64])
+def test_baddbmm_int_on_cpu(dtype):
+    """Integer baddbmm is ATen's CPU kernel (eager has none on CUDA: refused there, next)."""
+    def make(n):
+        return tuple(torch.randint(-9, 10, s, generator=torch.Generator().manual_seed(n + k))
+                     .to(dtype) for k, s in enumerate([(n, 1, 6), (n, 4, 5), (n, 5, 6)]))
+    check(Fn(lambda c, a, b: (torch.baddbmm(c, a, b, beta=3, alpha=-2), torch.baddbmm(c, a, b))),
+          make, {0: {0: "B"}, 1: {0: "B"}, 2: {0: "B"}}, ops={"baddbmm"})
+
+
+def test_baddbmm_int_refused_for_cuda():
+    """Eager's CUDA baddbmm has no integer kernel (cuBLAS): the cuda backend refuses the
+    graph at compile time, the cpu backend runs it."""
+    ins = tuple(torch.ones(2, 3, 3, dtype=torch.int32) for _ in range(3))
+    g = to_ir(Fn(lambda c, a, b: torch.baddbmm(c, a, b)), ins)
+    check_backend(g, "cpu")
+    with pytest.raises(dl.DTypeError, match="int32 operands on the cuda backend"):
+        check_backend(g, "cuda")
+    if torch.cuda.is_available():   # the same through dl.compile
+        with pytest.raises(dl.DTypeError, match="int32 operands on the cuda backend"):
+            dl.compile(Fn(lambda c, a, b: torch.baddbmm(c, a, b)),
+                       tuple(t.cuda() for t in ins), backend="cuda")
 
 
 def _filled(x, v):

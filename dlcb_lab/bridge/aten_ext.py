@@ -452,14 +452,19 @@ def _l_reshape_as(cx, input, other):
 
 
 def _l_baddbmm(cx, input, batch1, batch2, *, beta=1, alpha=1):
-    """``beta * input + alpha * (batch1 @ batch2)`` (rank-3 operands; the product a library
-    call, the scaling and addition fused into its reader); ``beta == 0`` does not read
-    ``input`` (its NaNs are ignored, as torch)."""
+    """``beta * input + alpha * (batch1 @ batch2)`` (rank-3 operands). In float32 and float64
+    the product is a library call, the scaling and addition fused into its reader; otherwise
+    ATen's baddbmm does it all (the ``baddbmm`` library op): eager rounds a 16-bit sum once,
+    where a 16-bit product and an add would round twice, and integer operands are its CPU
+    kernel's (cuBLAS takes floats). ``beta == 0`` does not read ``input`` (its NaNs are ignored,
+    as torch)."""
     x, a, b = tensor_arg(input), tensor_arg(batch1, "batch1"), tensor_arg(batch2, "batch2")
     if a.rank != 3 or b.rank != 3:
         raise ShapeError(f"baddbmm needs rank-3 batch1 and batch2, got ranks {a.rank}, {b.rank}")
-    y = cx.apply("matmul", a, b)
     alpha, beta = _number(alpha, "alpha"), _number(beta, "beta")
+    if a.dtype not in (torch.float32, torch.float64):
+        return cx.apply("baddbmm", x, a, b, beta=beta, alpha=alpha)
+    y = cx.apply("matmul", a, b)
     if alpha != 1:
         y = cx.apply("mul", y, alpha)
     if beta == 0:

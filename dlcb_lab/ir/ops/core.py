@@ -115,6 +115,10 @@ class OpDef:
     out_dtype: torch.dtype | None = None
     """A library op's fixed result dtype, where it is not its operands' (max_pool2d's int64
     indices); None: the operands' dtype."""
+    integer_backends: tuple[str, ...] = ()
+    """The backends whose ATen kernel for this library op takes integer operands (CPU's
+    baddbmm; ``check_backend`` refuses them elsewhere); its dtype rule is then its reference's.
+    Empty: floating operands only."""
 
     def __repr__(self) -> str:
         return f"OpDef({self.name}, {self.kind.value})"
@@ -149,7 +153,8 @@ def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
     rules apply; meta tensors would import torch._dynamo, seconds on first use).
     Elementwise ops compute in the output dtype, except predicates (bool output), which compare in
     the operands' promoted dtype; coordinate transforms keep their input's dtype; library ops
-    require one floating dtype. ``DTypeError`` when torch rejects the dtypes."""
+    require one floating dtype (but for ``integer_backends``). ``DTypeError`` when torch rejects
+    the dtypes."""
     kind = node.op.kind
     tensors = node.tensor_inputs()
     if kind.is_transform:
@@ -162,7 +167,7 @@ def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
         return out, out
     if node.op.name == "eager":   # the dtype torch.export derived
         return node.attrs["dtype"], node.attrs["dtype"]
-    if kind is OpKind.LIBRARY or node.op.floating:
+    if (kind is OpKind.LIBRARY and not node.op.integer_backends) or node.op.floating:
         dts = {x.dtype for x in tensors}
         if len(dts) != 1 or not next(iter(dts)).is_floating_point:
             raise DTypeError(f"operands must share one floating dtype, got "
@@ -181,6 +186,21 @@ def infer_dtypes(node: "Node") -> tuple[torch.dtype, torch.dtype]:
     if out is torch.bool and kind is OpKind.ELEMENTWISE:
         compute = args[0].dtype if len(args) == 1 else torch.result_type(*args[:2])
     return out, compute
+
+
+def check_backend(g: "Graph", backend: str) -> None:
+    """``DTypeError`` for a library op with integer operands where its ATen kernel on
+    ``backend`` takes floats only (``OpDef.integer_backends``): refused at compile time, as
+    eager would refuse it at the call."""
+    for n in g.nodes:
+        if not n.op.integer_backends or backend in n.op.integer_backends:
+            continue
+        ints = [x.dtype for x in n.tensor_inputs() if not x.dtype.is_floating_point]
+        if ints:
+            raise DTypeError(f"{str(ints[0]).removeprefix('torch.')} operands on the {backend} "
+                             f"backend: ATen's {backend} {n.op.name} takes floating operands only "
+                             f"(the {' and '.join(n.op.integer_backends)} backend runs it)",
+                             op=n.op.name, node=n.out.name, where=n.where)
 
 
 # --- row-major index arithmetic -------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Library ops: computed by a vendor library through the ATen op in ``reference`` (cuDNN/cuBLAS
 on CUDA, oneDNN/MKL on CPU), on materialized operands, with runtime shapes. Their bias, folded
 batch norm, residual add and activation are separate elementwise ops in the IR, fused into the
-generated kernel that consumes the library result (its epilogue)."""
+generated kernel that consumes the library result (its epilogue); where eager rounds the sum
+once (16 bits), the addend is the library call's (linear's bias, baddbmm's input)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ if TYPE_CHECKING:
     from ..graph import Graph, Node
 
 
-def _library(name: str, infer, reference, sample, out_dtype: torch.dtype | None = None) -> None:
+def _library(name: str, infer, reference, sample, out_dtype: torch.dtype | None = None,
+             integer_backends: tuple[str, ...] = ()) -> None:
     register(OpDef(name, OpKind.LIBRARY, infer, None, reference, sample=sample,
-                   out_dtype=out_dtype))
+                   out_dtype=out_dtype, integer_backends=integer_backends))
 
 
 def _literal(e: Expr, what: str) -> int:
@@ -146,6 +148,40 @@ def _sample_linear(n: int):
 
 
 _library("linear", _infer_linear, _ref_linear, _sample_linear)
+
+
+# --- baddbmm (beta * input + alpha * batch1 @ batch2, in one call) -----------------------------
+
+def _infer_baddbmm(g: "Graph", node: "Node") -> Shape:
+    """batch1 [B, M, K] @ batch2 [B, K, N] -> [B, M, N] (no batch broadcast, as in torch);
+    ``input`` broadcasts to the result (torch expands it: each non-1 axis is the result's)."""
+    x, a, b = node.inputs
+    if a.rank != 3 or b.rank != 3 or x.rank > 3:
+        raise ShapeError(f"baddbmm needs rank-3 batch1 and batch2 and an input of rank <= 3, "
+                         f"got ranks {x.rank}, {a.rank}, {b.rank}")
+    da, db = g.dims(a), g.dims(b)
+    g.constrain(da[0], db[0], node, "batch: batch1 axis 0 with batch2 axis 0")
+    g.constrain(da[2], db[1], node, "contraction: batch1 axis 2 with batch2 axis 1")
+    out = (da[0], da[1], db[2])
+    for k, d in enumerate(g.dims(x), 3 - x.rank):
+        if g.solver.resolve(d) is not lit(1):
+            g.constrain(d, out[k], node, f"input axis {k + x.rank - 3} with result axis {k} "
+                                         f"(input broadcasts to the result)")
+    return shape([g.solver.resolve(d) for d in out])
+
+
+def _ref_baddbmm(x, a, b, beta=1, alpha=1):
+    return torch.baddbmm(x, a, b, beta=beta, alpha=alpha)
+
+
+def _sample_baddbmm(n: int):
+    """In float16: the bridge lowers a float32 baddbmm to a matmul and elementwise ops."""
+    g = _rng(n)
+    return (tuple(torch.randn(*s, generator=g).half() for s in ((1, 5), (n, 3, 4), (n, 4, 5))),
+            {"beta": 0.5, "alpha": 2.0})
+
+
+_library("baddbmm", _infer_baddbmm, _ref_baddbmm, _sample_baddbmm, integer_backends=("cpu",))
 
 
 # --- scaled dot-product attention (optional additive/boolean mask operand) --------------------
