@@ -18,6 +18,7 @@ from .ir.graph import Graph
 from .kgen.emit import CUDA_PRELUDE, cuda_kernel, numba_kernel
 from .kgen.kir import CoordMap, KernelBody
 from .passes import Partition, PassRecord
+from .runtime.build import narrow_unit
 from .runtime.direct import BoundLaunch, DirectKernel, DirectLaunch, KernelSignature
 from .runtime.thunks import Thunk
 
@@ -116,8 +117,15 @@ class Kernel(Rich):
         return self.body.coord_map
 
     @property
+    def cuda_parts(self) -> tuple[str, ...]:
+        """Each variant's CUDA with every entry point the build compiles: the 64-bit one and the
+        32-bit unit's (``runtime.build.narrow_unit``: ``_i32``, ``_w``, ``_v``)."""
+        widths = ("", *narrow_unit())
+        return tuple(cuda_kernel(v, widths) for v in self.body.variants())
+
+    @property
     def cuda_source(self) -> str:
-        return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(v) for v in self.body.variants())
+        return CUDA_PRELUDE + "\n" + "\n\n".join(self.cuda_parts)
 
     @property
     def numba_source(self) -> str:

@@ -27,7 +27,8 @@ from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.dims import (Constraint, Constraints, Expr, Lit, Provenance, Shape, Var, lit, shape,
                            var)
 from dlcb_lab.hostgen.lower import KernelLaunch
-from dlcb_lab.kgen.emit import entry_points
+from dlcb_lab.kgen.emit import WARP, entry_points
+from dlcb_lab.runtime.build import narrow_unit
 from dlcb_lab.kgen.infer import infer_kernels
 from dlcb_lab.kgen.kir import IdxDivMod, IdxProd, IdxSum, Loop
 from dlcb_lab.runtime.nvrtc import compile_cubin, parse_ptxas_log, resource_usage
@@ -454,7 +455,8 @@ def test_resource_usage(conv, tmp_path, monkeypatch):
     assert len(list((tmp_path / "ptxas").glob("*.log"))) == 1
     resource_usage.cache_clear()
     assert resource_usage(k.cuda_source) == usage          # read back from the disk cache
-    assert set(usage) == set(entry_points([k.body]))
+    assert set(usage) == set(entry_points([k.body], ("", *narrow_unit())))   # what is built
+    assert k.body.variant.name + WARP in usage
     assert all(u.registers > 0 for u in usage.values())
     blk = usage[k.body.variant.name]
     assert blk.shared > 0                                  # the block reduction's shared memory

@@ -19,7 +19,7 @@ from pygments.token import Comment, Keyword, Name, Number, String, _TokenType
 
 from ..records import Kernel
 from ..ir.dtypes import dtype_of
-from ..kgen.emit import CUDA_PRELUDE, cuda_kernel
+from ..kgen.emit import CUDA_PRELUDE
 from ..kgen.kir import CoordMap, IdxDivMod, IdxProd, IdxSum, KernelBody, Load, Loop
 from .diagrams import dim_text
 from .render import Rendering, renders
@@ -184,7 +184,7 @@ def _declared(line: str, language: str) -> str | None:
 def _sections(k: Kernel) -> tuple[int, list[tuple[int, KernelBody]]]:
     """(lines of prelude, [(first line, variant body)]) of ``k.cuda_source``; one section over
     the whole source when its layout is not prelude + variants."""
-    parts = [cuda_kernel(v) for v in k.body.variants()]
+    parts = k.cuda_parts
     head = CUDA_PRELUDE + "\n"
     if k.cuda_source != head + "\n\n".join(parts):
         return 0, [(0, k.body)]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dims import Constraint
-from ..kgen.emit import CUDA_PRELUDE, PY_PRELUDE, cuda_kernel
+from ..kgen.emit import CUDA_PRELUDE, PY_PRELUDE
 
 FILES = {
     "index.txt": "this list",
@@ -115,7 +115,7 @@ def dump(p, directory: str | Path, module: Any = None, report: bool = True) -> P
         _write(out / "prelude.cuh", CUDA_PRELUDE)
         note("prelude.cuh", FILES["prelude.cuh"])
     for k in p.kernels:
-        body = "\n\n".join(cuda_kernel(v) for v in k.body.variants())
+        body = "\n\n".join(k.cuda_parts)
         _write(out / f"{k.name}.cu", f'#include "prelude.cuh"\n{body}')
         _write(out / f"{k.name}.py", PY_PRELUDE + "\n\n" + k.numba_source)
         ps = ", ".join(f"{n} = {e!r}" for n, e in k.body.params)
