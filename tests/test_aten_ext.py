@@ -336,14 +336,116 @@ def test_conv1d():
           {0: {2: "L"}}, sizes=(5, 1, 9), ops={"conv2d"})
 
 
-def test_upsample():
+def _interp(**kw):
+    return lambda x: F.interpolate(x, **kw)
+
+
+_UP = torch.ops.aten
+UPSAMPLE_CASES = {
+    # mode / spatial axes: outputs of every argument form (scale_factor, size, recompute, the
+    # default overload's per-axis scales, some None), on [2, 3, *spatial] inputs
+    "nearest1d": (1, [_interp(scale_factor=1.7), _interp(size=7), _interp(scale_factor=0.6),
+                      _interp(scale_factor=1.7, recompute_scale_factor=True),
+                      lambda x: _UP.upsample_nearest1d.default(x, [5], 0.5)]),
+    "nearest3d": (3, [_interp(scale_factor=(2, 0.5, 1.7)), _interp(size=(3, 4, 5)),
+                      lambda x: _UP.upsample_nearest3d.default(x, [4, 5, 3], None, 0.7, None)]),
+    "nearest-exact": (2, [_interp(scale_factor=1.7, mode="nearest-exact"),
+                          _interp(size=(5, 3), mode="nearest-exact"),
+                          _interp(scale_factor=(0.6, 2.5), mode="nearest-exact",
+                                  recompute_scale_factor=True),
+                          lambda x: _UP._upsample_nearest_exact2d.default(x, [4, 6], 1.3, None)]),
+    "nearest-exact1d": (1, [_interp(scale_factor=0.6, mode="nearest-exact"),
+                            _interp(size=9, mode="nearest-exact")]),
+    "nearest-exact3d": (3, [_interp(scale_factor=(1.7, 1, 0.6), mode="nearest-exact"),
+                            _interp(size=(2, 5, 4), mode="nearest-exact")]),
+    "linear": (1, [_interp(scale_factor=1.7, mode="linear"),
+                   _interp(size=8, mode="linear", align_corners=True),
+                   _interp(scale_factor=0.6, mode="linear", recompute_scale_factor=True),
+                   lambda x: _UP.upsample_linear1d.default(x, [6], False, 0.75)]),
+    "bilinear": (2, [_interp(scale_factor=2, mode="bilinear"),
+                     _interp(size=(5, 7), mode="bilinear", align_corners=False),
+                     _interp(scale_factor=1.5, mode="bilinear", align_corners=True),
+                     _interp(scale_factor=(1.7, 0.6), mode="bilinear"),
+                     _interp(size=(4, 9), mode="bilinear", antialias=True),
+                     _interp(scale_factor=0.6, mode="bilinear", antialias=True)]),
+    "bicubic": (2, [_interp(scale_factor=1.7, mode="bicubic"),
+                    _interp(size=(6, 4), mode="bicubic", align_corners=True),
+                    _interp(scale_factor=(0.6, 2), mode="bicubic", recompute_scale_factor=True),
+                    _interp(size=(3, 8), mode="bicubic", antialias=True),
+                    lambda x: _UP.upsample_bicubic2d.default(x, [5, 5], False, None, 0.8)]),
+    "trilinear": (3, [_interp(scale_factor=1.7, mode="trilinear"),
+                      _interp(size=(3, 5, 4), mode="trilinear", align_corners=True),
+                      _interp(scale_factor=(0.6, 1.5, 2), mode="trilinear",
+                              recompute_scale_factor=True)]),
+}
+
+
+def _upsample_fn(fns):
+    return lambda x: tuple(f(x) for f in fns)
+
+
+@pytest.mark.parametrize("case", list(UPSAMPLE_CASES))
+def test_upsample(case):
+    """Every spatial axis symbolic (output sizes ``floor(d * scale)`` of short fractions as
+    1.7 = 17 / 10, recomputed ones through ``sym_float``), at several sizes; and a static compile."""
+    k, fns = UPSAMPLE_CASES[case]
+    make = lambda n: (_rand(2, 3, *(n + 2 + a for a in range(k)), seed=n),)   # noqa: E731
+    cm = check(Fn(_upsample_fn(fns)), make, {0: {2 + a: "DHW"[3 - k + a] for a in range(k)}},
+               sizes=(3, 1, 6, 11), ops={"upsample"})
+    assert all(n.op.name == "upsample" for n in cm.pipeline.graph.nodes)
+    check(Fn(_upsample_fn(fns)), make, False, sizes=(4,), ops={"upsample"})
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_upsample_dtypes(dtype):
+    fns = [_interp(scale_factor=1.7, mode="bicubic", align_corners=True),
+           _interp(size=(5, 3), mode="bilinear"), _interp(scale_factor=0.6, mode="nearest-exact")]
+    check(Fn(lambda x: tuple(f(x.to(dtype)) * 2 for f in fns)), lambda n: (_rand(2, 3, n + 2, 4, seed=n),),
+          {0: {2: "H"}}, sizes=(3, 1, 7), ops={"upsample"})
+    fns3 = [_interp(scale_factor=(1.7, 1, 0.6), mode="trilinear"), _interp(size=7, mode="linear")]
+    check(Fn(lambda x: (fns3[0](x.to(dtype)), fns3[1](x.to(dtype).flatten(2)))),
+          lambda n: (_rand(2, 3, n + 2, 4, 2, seed=n),), {0: {2: "D"}}, sizes=(3, 6), ops={"upsample"})
+
+
+def test_upsample_refusals():
+    x = _rand(2, 3, 5, 6)
+    dyn = {0: {2: "H"}}
+    with pytest.raises(dl.UnsupportedOp, match=r"floor\(H \* 0\.7\)"):   # 90 * 0.7 < 63 in double
+        _compile(_interp(scale_factor=0.7, mode="bilinear"), (x,), dyn)
+    with pytest.raises(dl.UnsupportedOp, match=r"float\(H\) \* 0\.5 times 3\.4"):   # rounded twice
+        _compile(lambda x: F.interpolate(x, size=(math.floor(x.shape[2] * 0.5 * 3.4), 4)), (x,),
+                 dyn)
+
+
+def test_upsample_cuda_compiles_with_nvrtc():
+    """The generated kernels around the ``upsample`` library call (its operand's producer, its
+    consumers' epilogue) for every mode and spatial rank, through NVRTC."""
     def f(x):
-        return (F.interpolate(x, scale_factor=2, mode="nearest"),
-                F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=False),
-                F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
-                F.interpolate(x, scale_factor=(3, 0.5), mode="nearest"))
-    check(Fn(f), lambda n: (_rand(2, 3, n + 2, n + 3, seed=n),), {0: {2: "H", 3: "W"}},
-          sizes=(3, 1, 6), ops={"upsample_nearest2d", "upsample_bilinear2d"})
+        y, v = x.sigmoid(), x.sigmoid().flatten(3)
+        return (F.interpolate(y, scale_factor=1.7, mode="bicubic") * 2 + 1,
+                F.interpolate(y, size=(4, 5), mode="nearest-exact").relu(),
+                F.interpolate(y[:, :, None], scale_factor=(1, 0.6, 1.7), mode="trilinear") - 1,
+                F.interpolate(v[:, :, :, 0], scale_factor=1.7, mode="linear", align_corners=True).exp(),
+                F.interpolate(y[:, :, None], size=(2, 3, 3)).abs())
+    ir = to_ir(Fn(f), [_rand(2, 3, 5, 6)], {0: {2: "H", 3: "W"}})
+    assert sum(n.op.name == "upsample" for n in ir.nodes) == 5
+    assert compile_cubin(cuda_module(infer_kernels(ir)), arch="sm_90")[:4] == b"\x7fELF"
+
+
+def test_upsample_scaled_size_exact():
+    """``scaled_size``'s integer expression equals torch's ``floor(float(d) * scale)`` at every
+    size up to 10^5 and near the host-checked bound, for the scales it accepts (not 2.3 or 0.7,
+    below their short fractions by too much)."""
+    from fractions import Fraction
+    from dlcb_lab.bridge.aten_ext import _short_fraction
+    for s in (1.7, 0.6, 0.3, 1.1, 1.3, 0.45, 3.7, 0.1, 1.25):
+        f = _short_fraction(s)
+        assert f is not None
+        p, q = f.numerator, f.denominator
+        bound = math.floor((Fraction(1 << 52, q) - 1) / Fraction(s)) - 1
+        for d in (*range(1, 100_000), *range(bound - 1000, bound + 1)):
+            assert math.floor(d * s) == d * p // q, (s, d)
+    assert _short_fraction(0.7) is None and _short_fraction(2.3) is None
 
 
 # --- generated CUDA through NVRTC ---------------------------------------------------------------
@@ -393,8 +495,9 @@ def test_refusals():
 # --- the same on the cuda backend (GPU machine) ------------------------------------------------
 
 _CHECKED = [f for name, f in list(globals().items())
-            if name.startswith("test_") and name not in ("test_refusals",
-                                                         "test_new_ops_cuda_compiles_with_nvrtc")]
+            if name.startswith("test_") and name not in (
+                "test_refusals", "test_new_ops_cuda_compiles_with_nvrtc", "test_upsample_refusals",
+                "test_upsample_cuda_compiles_with_nvrtc", "test_upsample_scaled_size_exact")]
 
 
 @pytest.mark.gpu
@@ -413,6 +516,17 @@ def test_on_gpu(test, monkeypatch):
         for values in m.args[1]:
             values = values if len(names) > 1 else (values,)
             test(**dict(zip(names, values)))
+
+
+def test_upsample_uint8_on_cpu():
+    """uint8 on the CPU backend (ATen's CPU kernels take it: nearest, bilinear, bicubic); the
+    cuda backend refuses integer upsample operands at compile time (``check_backend``)."""
+    f = lambda x: (F.interpolate(x, scale_factor=1.7), F.interpolate(x, size=(5, 4), mode="bilinear"),   # noqa: E731
+                   F.interpolate(x, scale_factor=0.6, mode="bicubic", align_corners=True))
+    make = lambda n: ((_rand(2, 3, n + 2, 4, seed=n) * 40).abs().to(torch.uint8),)   # noqa: E731
+    cm = check(Fn(f), make, {0: {2: "H"}}, sizes=(3, 1, 7), ops={"upsample"})
+    with pytest.raises(dl.DTypeError, match="upsample takes floating operands only"):
+        check_backend(cm.pipeline.graph, "cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32,

@@ -216,6 +216,41 @@ class SizeRatio:
         return f"({self.num}) / ({self.den})"
 
 
+class ScaledSize:
+    """``float(d) * scale`` of a size ``d`` (``torch.sym_float``, a SymFloat in export's graph,
+    then one multiplication by a Python number: F.interpolate's recomputed output size), kept
+    until ``math.trunc`` or ``math.floor`` makes it a size again (``aten_ext.scaled_size``: the
+    exact integer expression of torch's double product, floored); any other use is refused by
+    name."""
+
+    __slots__ = ("size", "scale")
+
+    def __init__(self, size: Expr, scale: float | None = None):
+        self.size, self.scale = size, scale
+
+    def __mul__(self, other: Any) -> "ScaledSize":
+        if self.scale is not None or isinstance(other, bool) or \
+                not isinstance(other, (int, float)):
+            raise UnsupportedOp(f"{self!r} times {other!r} (a size as a float lowers times one "
+                                f"Python number, under math.trunc or math.floor)")
+        return ScaledSize(self.size, float(other))
+
+    __rmul__ = __mul__
+
+    def rounded(self, cx: Cx) -> Expr:
+        scale = 1.0 if self.scale is None else self.scale
+        if not scale > 0:
+            raise UnsupportedOp(f"{self!r} rounded to a size (a positive scale lowers)")
+        return aten_ext.scaled_size(cx, self.size, scale, "a size times a float, rounded to a size")
+
+    def __repr__(self) -> str:
+        return f"float({self.size!r})" + ("" if self.scale is None else f" * {self.scale!r}")
+
+
+_SCALED_USES = {operator.mul, math.trunc, math.floor}
+"""What a ``ScaledSize`` lowers under (``mul`` once)."""
+
+
 _SIZE_CMP = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
              operator.gt: ">", operator.ge: ">="}
 _SIZE_LOGIC = {operator.or_: DimPredicate.either, operator.and_: DimPredicate.both,
@@ -618,7 +653,8 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
 _TENSORS = object()
 """``_on_sizes``: the node computes on tensors (a lowering's job)."""
 
-_SIZE_TARGETS = {operator.truediv, *_SIZE_ARITH, *_SIZE_CMP, *_SIZE_LOGIC, *_SIZE_ROUND}
+_SIZE_TARGETS = {operator.truediv, *_SIZE_ARITH, *_SIZE_CMP, *_SIZE_LOGIC, *_SIZE_ROUND,
+                 *_SCALED_USES, torch.sym_float}
 _SIZE_PACKETS = {*_NO_OPS, *_SIZE_FNS, "_assert_scalar", "sym_storage_offset"}
 """The Python targets and ATen packets ``_on_sizes`` computes (on sizes; the arithmetic, the
 comparisons and the logic on tensors go to the lowerings)."""
@@ -632,6 +668,19 @@ def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict) -> 
         raise NoFallback(f"'{n.name}' at {where(n)}: {describe(n)} of a ratio of sizes "
                          f"{_show(args, {})} (a ratio of sizes lowers only under math.ceil or "
                          f"math.floor; no eager op takes it from the host program)")
+    scaled = find((args, tuple(kwargs.values())), ScaledSize)
+    if scaled is not None and (t not in _SCALED_USES or any(isinstance(a, Value) for a in args)):
+        raise NoFallback(f"'{n.name}' at {where(n)}: {describe(n)} of a size as a float "
+                         f"{_show(args, {})} (it lowers only times a Python number under "
+                         f"math.trunc or math.floor; no eager op takes it from the host program)")
+    if scaled is not None and t is not operator.mul:
+        return scaled.rounded(Cx(g, n.name, where(n)))
+    if t is torch.sym_float and isinstance(args[0], Expr):
+        return ScaledSize(args[0])
+    if t is torch.sym_float:
+        return float(args[0])
+    if t is math.trunc and isinstance(args[0], (int, float)):
+        return math.trunc(args[0])
     if t is operator.truediv and not any(isinstance(a, Value) for a in args):
         return args[0] / args[1] if all(isinstance(a, (int, float)) for a in args) else \
             SizeRatio(*args)

@@ -14,6 +14,7 @@ coordinate). ``device`` is the backend's and ignored; other layouts and pinned m
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Callable
 
 import torch
@@ -21,6 +22,7 @@ import torch
 from ..dims import Expr, Lit, as_expr, lit, prod
 from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Value
+from ..ir.ops.library import upsample_aten
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
 from .common import Cx, Unavailable, axes_arg, dim_arg, operand, tensor_arg, wrap_axis
@@ -796,68 +798,135 @@ def _l_conv1d(cx, input, weight, bias=None, stride=1, padding=0, dilation=1, gro
     return cx.apply("reshape", y, shape=(yd[0], yd[1], yd[3]) if batched else (yd[1], yd[3]))
 
 
-def _scale_size(d: Expr, scale: float, axis: str) -> Expr:
-    """ATen's ``floor(d * scale)`` as an exact integer expression: ``(p * d) // q`` for the
-    scale's binary fraction p / q (exact in double for the sizes a tensor can have)."""
+def _short_fraction(s: float) -> Fraction | None:
+    """The first convergent p / q (q <= 2^20) of ``s``'s continued fraction whose nearest double
+    is ``s`` (1.7 -> 17 / 10), where ``s`` is not below it by a relative error of 2^-54 or more
+    (``scaled_size``); else None (0.7: 90 * 0.7 is 62.99... in double)."""
+    x, (h0, h1), (k0, k1) = Fraction(s), (0, 1), (1, 0)
+    while True:
+        a = math.floor(x)
+        h0, h1, k0, k1 = h1, a * h1 + h0, k1, a * k1 + k0
+        if k1 > 1 << 20:
+            return None
+        if h1 / k1 == s:   # int / int: correctly rounded
+            f = Fraction(h1, k1)
+            return None if (f - Fraction(s)) / f >= Fraction(1, 1 << 54) else f
+        if x == a:
+            return None
+        x = 1 / (x - a)
+
+
+def scaled_size(cx: Cx, d: Expr, scale: float, what: str) -> Expr:
+    """``floor(d * scale)`` as torch computes it (the size in double times the scale, rounded
+    once, floored: ATen's upsample output size, F.interpolate's recomputed one) as an exact integer
+    expression of the size ``d``. A short binary fraction p / q: ``(d * p) // q`` (the product is
+    exact). Else the short fraction p / q whose nearest double the scale is (``_short_fraction``):
+    ``floor(fl(d * scale)) == (d * p) // q`` while ``d * scale < 2^52 / q - 1`` (a host check: the
+    error d * |scale - p / q| is then under 1 / 2q and half a unit in the last place of the product
+    under 1 / 2q, so no product crosses an integer it should not reach), provided that a scale
+    below p / q is so by a relative error under 2^-54 (then an exact integer d * p / q, less
+    that error, rounds back to itself; at 2^-54 or more the scale is refused)."""
     if not scale > 0:
-        raise ShapeError(f"upsample: scale factor {scale!r} for {axis} must be positive")
+        raise ShapeError(f"{what}: scale factor {scale!r} must be positive")
     if isinstance(d, Lit):
         return lit(math.floor(d.value * scale))
     p, q = float(scale).as_integer_ratio()
-    if q > 1 << 20:
-        raise UnsupportedOp(f"upsample of the symbolic {axis} {d!r} by {scale!r}: the scale is "
-                            f"not a short binary fraction, so floor(d * scale) is no exact "
-                            f"integer expression")
-    return d * p if q == 1 else (d * p) // q
+    if q <= 1 << 20:
+        return d * p if q == 1 else (d * p) // q
+    f = _short_fraction(scale)
+    if f is None:
+        raise UnsupportedOp(f"{what}: floor({d!r} * {scale!r}) of the symbolic size: the scale "
+                            f"is no short fraction whose every multiple rounds as the exact one, "
+                            f"so the product is no exact integer expression")
+    p, q = f.numerator, f.denominator
+    bound = math.floor((Fraction(1 << 52, q) - 1) / Fraction(scale)) - 1
+    cx.g.require(lit(bound) - d, cx.name, f"{what}: {d!r} <= {bound} (floor({d!r} * {scale!r}) "
+                                          f"is ({d!r} * {p}) // {q} exactly up to there)", cx.where)
+    return (d * p) // q
 
 
-def _upsample_size(cx: Cx, x: Value, output_size: Any, scales: Any
-                   ) -> tuple[tuple[Expr, Expr], tuple[float, float] | None]:
-    if x.rank != 4:
-        raise ShapeError(f"upsample needs a rank-4 input [N, C, H, W], got rank {x.rank}")
+_SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w"), 3: ("scales_d", "scales_h", "scales_w")}
+"""The default overloads' per-axis scale parameters, by spatial axes."""
+
+
+def _upsample_size(cx: Cx, x: Value, k: int, output_size: Any, scales: tuple | None
+                   ) -> tuple[Expr, ...]:
+    """The output's ``k`` spatial extents: ``output_size``, else ``floor(d * scale)`` per axis."""
+    axes = "DHW"[3 - k:]
+    if x.rank != k + 2:
+        raise ShapeError(f"upsample over {k} spatial axes needs a rank-{k + 2} input "
+                         f"[N, C, {', '.join(axes)}], got rank {x.rank}")
     if output_size is not None:
         size = _sizes(output_size)
-        if len(size) != 2:
-            raise ShapeError(f"upsample: output_size {list(size)} needs 2 entries")
-        return size, (tuple(float(s) for s in scales) if scales is not None else None)
-    if scales is None or len(scales) != 2:
-        raise ShapeError("upsample: give output_size or two scale factors")
-    h, w = cx.g.dims(x)[2:]
-    sc = tuple(float(s) for s in scales)
-    return (_scale_size(h, sc[0], "H"), _scale_size(w, sc[1], "W")), sc
+        if len(size) != k:
+            raise ShapeError(f"upsample: output_size {list(size)} needs {k} entries")
+        return size
+    if scales is None or None in scales:
+        raise ShapeError(f"upsample: give output_size or {k} scale factors")
+    return tuple(scaled_size(cx, d, s, f"upsample of {a}")
+                 for d, s, a in zip(cx.g.dims(x)[2:], scales, axes))
 
 
-def _scales(scale_factors: Any, scales_h: Any, scales_w: Any) -> Any:
-    """``.vec``'s ``scale_factors`` list, or the default overload's ``scales_h``/``scales_w``
-    (the third positional argument is either)."""
-    if isinstance(scale_factors, (list, tuple)) or scale_factors is None and scales_h is None:
-        return scale_factors if scales_w is None else None
-    h = scale_factors if scale_factors is not None else scales_h
-    if h is None or scales_w is None:
-        return None if h is None and scales_w is None else _missing()
-    return (h, scales_w)
+def _upsample_scales(k: int, rest: list, kwargs: dict) -> tuple | None:
+    """Per-axis scale factors (float or None; None: none given) from ``.vec``'s
+    ``scale_factors`` list or the default overload's ``scales``/``scales_h``/... parameters
+    (positional after ``output_size`` [and ``align_corners``], or by name)."""
+    names = _SCALE_NAMES[k]
+    if "scale_factors" in kwargs or rest and isinstance(rest[0], (list, tuple)):
+        sf = kwargs.pop("scale_factors") if "scale_factors" in kwargs else rest.pop(0)
+        if sf is not None and len(sf) != k:
+            raise ShapeError(f"upsample: scale_factors {list(sf)} needs {k} entries")
+        given = tuple(sf) if sf is not None else None
+    else:
+        if len(rest) > k:
+            raise UnsupportedOp(f"upsample over {k} spatial axes: {len(rest)} scale arguments")
+        vals = dict(zip(names, rest))
+        rest.clear()
+        for n in names:
+            if n in kwargs:
+                vals[n] = kwargs.pop(n)
+        given = tuple(vals.get(n) for n in names)
+    if rest or kwargs:
+        raise UnsupportedOp(f"upsample: unexpected arguments {rest + sorted(kwargs)}")
+    if given is None or all(s is None for s in given):
+        return None
+    return tuple(None if s is None else float(_number(s, "upsample scale")) for s in given)
 
 
-def _missing():
-    raise UnsupportedOp("upsample with one of scales_h, scales_w only")
+def _upsample(mode: str, k: int, antialias: bool = False) -> Callable:
+    """The lowering of ATen's upsample op of ``mode`` over ``k`` spatial axes, its ``.vec``
+    overload (output_size or scale_factors) and its default one (output_size, per-axis scales),
+    to the ``upsample`` library op (ATen's kernel), sizes symbolic; ``align_corners`` follows
+    ``output_size`` for the linear and cubic modes."""
+    corners = mode in ("linear", "cubic")
+
+    def lowering(cx, input, output_size, *args, **kwargs):
+        x = tensor_arg(input)
+        rest = list(args)
+        align = None
+        if corners:
+            align = bool(kwargs.pop("align_corners") if "align_corners" in kwargs else
+                         rest.pop(0) if rest else _no_corners())
+        sc = _upsample_scales(k, rest, kwargs)
+        size = _upsample_size(cx, x, k, output_size, sc)
+        return cx.apply("upsample", x, size=size, scales=sc, mode=mode, align_corners=align,
+                        **({"antialias": True} if antialias else {}))
+    lowering.__doc__ = f"``{upsample_aten(mode, k, antialias)}`` (``.vec`` and default)."
+    return lowering
 
 
-def _l_upsample_nearest2d(cx, input, output_size, scale_factors=None, scales_w=None, *,
-                          scales_h=None):
-    """``upsample_nearest2d.vec`` (output_size or scale_factors) and ``.default``
-    (output_size, scales_h, scales_w): ATen's kernel (library op), sizes symbolic."""
-    x = tensor_arg(input)
-    size, sc = _upsample_size(cx, x, output_size, _scales(scale_factors, scales_h, scales_w))
-    return cx.apply("upsample_nearest2d", x, size=size, scales=sc)
+def _no_corners():
+    raise UnsupportedOp("upsample: the linear and cubic modes need align_corners")
 
 
-def _l_upsample_bilinear2d(cx, input, output_size, align_corners, scale_factors=None,
-                           scales_w=None, *, scales_h=None):
-    """``upsample_bilinear2d.vec`` and ``.default``, as the nearest form."""
-    x = tensor_arg(input)
-    size, sc = _upsample_size(cx, x, output_size, _scales(scale_factors, scales_h, scales_w))
-    return cx.apply("upsample_bilinear2d", x, size=size, scales=sc,
-                    align_corners=bool(align_corners))
+_UPSAMPLE_OPS = {f"{'_' if m == 'nearest-exact' else ''}upsample_{n}{k}d": (m, k)
+                 for m, n, ks in (("nearest", "nearest", (1, 2, 3)),
+                                  ("nearest-exact", "nearest_exact", (1, 2, 3)),
+                                  ("linear", "linear", (1,)), ("linear", "bilinear", (2,)),
+                                  ("linear", "trilinear", (3,)), ("cubic", "bicubic", (2,)))
+                 for k in ks}
+"""ATen upsample packet -> (mode, spatial axes); ``_upsample_bilinear2d_aa`` and
+``_upsample_bicubic2d_aa`` (F.interpolate's antialias=True) lower as well."""
 
 
 ATEN: dict[str, Callable] = {
@@ -878,7 +947,9 @@ ATEN: dict[str, Callable] = {
     "cumsum": _l_cumsum, "group_norm": _l_group_norm, "var": _l_var, "std": _l_std,
     "var_mean": _l_var_mean, "std_mean": _l_std_mean,
     "linalg_vector_norm": _l_linalg_vector_norm, "norm": _l_norm,
-    "conv1d": _l_conv1d, "upsample_nearest2d": _l_upsample_nearest2d,
-    "upsample_bilinear2d": _l_upsample_bilinear2d,
+    "conv1d": _l_conv1d,
+    **{op: _upsample(m, k) for op, (m, k) in _UPSAMPLE_OPS.items()},
+    "_upsample_bilinear2d_aa": _upsample("linear", 2, True),
+    "_upsample_bicubic2d_aa": _upsample("cubic", 2, True),
 }
 """ATen overload packet name -> lowering; ``bridge.aten`` adds the entries its own table lacks."""

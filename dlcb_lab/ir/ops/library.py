@@ -273,41 +273,67 @@ def _sample_cumsum(n: int):
 _library("cumsum", infer_along, _ref_cumsum, _sample_cumsum)
 
 
-# --- upsample (F.interpolate, nearest and bilinear, 4-D) ----------------------------------------
+# --- upsample (F.interpolate: nearest, nearest-exact, linear/bilinear/trilinear, bicubic) -------
 #
-# ``size`` is the output [H', W'] (literals or dimension expressions, filled at run time);
-# ``scales`` the (h, w) scale factors ATen computes source coordinates with when the user gave
-# them (None: from the sizes), as F.interpolate passes them.
+# One op for every mode and 1-3 spatial axes: input [N, C, *spatial], result [N, C, *size].
+# ``size`` is the output's spatial extents (literals or dimension expressions, filled at run
+# time); ``scales`` per spatial axis the scale factor ATen computes source coordinates with when
+# the user gave it (None: from the sizes), as F.interpolate passes them; ``mode`` "nearest",
+# "nearest-exact", "linear" (1-3 axes) or "cubic" (2 axes); ``align_corners`` for the last two
+# (None for the nearest modes); ``antialias`` (linear and cubic on 2 axes) ATen's
+# ``_upsample_*_aa`` filter.
+
+_UPSAMPLE = {("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_nearest2d",
+             ("nearest", 3): "upsample_nearest3d", ("nearest-exact", 1): "_upsample_nearest_exact1d",
+             ("nearest-exact", 2): "_upsample_nearest_exact2d",
+             ("nearest-exact", 3): "_upsample_nearest_exact3d", ("linear", 1): "upsample_linear1d",
+             ("linear", 2): "upsample_bilinear2d", ("linear", 3): "upsample_trilinear3d",
+             ("cubic", 2): "upsample_bicubic2d"}
+"""(mode, spatial axes) -> the ATen op computing it (``_aa`` appended for ``antialias``)."""
+
+UPSAMPLE_MODES = ("nearest", "nearest-exact", "linear", "cubic")
+
+
+def upsample_aten(mode: str, k: int, antialias: bool = False) -> str:
+    """The ATen op of ``mode`` over ``k`` spatial axes; ``UnsupportedOp`` when there is none."""
+    name = _UPSAMPLE.get((mode, k))
+    if name is None or antialias and (k != 2 or mode not in ("linear", "cubic")):
+        raise UnsupportedOp(f"upsample mode {mode!r} over {k} spatial axes"
+                            f"{' with antialias' if antialias else ''} (ATen has none)")
+    return f"_{name}_aa" if antialias else name
+
 
 def _infer_upsample(g: "Graph", node: "Node") -> Shape:
     (x,) = node.inputs
-    if x.rank != 4:
-        raise ShapeError(f"upsample needs a rank-4 input [N, C, H, W], got rank {x.rank}")
-    n, c, _, _ = g.dims(x)
-    return shape([g.solver.resolve(n), g.solver.resolve(c), *node.attrs["size"]])
+    a = node.attrs
+    k = len(a["size"])
+    upsample_aten(a["mode"], k, a.get("antialias", False))
+    if x.rank != k + 2:
+        raise ShapeError(f"upsample over {k} spatial axes needs a rank-{k + 2} input "
+                         f"[N, C, {', '.join('DHW'[3 - k:])}], got rank {x.rank}")
+    if any(isinstance(d, Lit) and d.value < 1 for d in a["size"]):
+        raise ShapeError(f"upsample to the spatial extents {list(a['size'])}: each must be "
+                         f"positive (torch rejects an empty output)")
+    n, c = g.dims(x)[:2]
+    return shape([g.solver.resolve(n), g.solver.resolve(c), *a["size"]])
 
 
 def _sizes(size) -> list[int]:
-    return [d.value if isinstance(d, Lit) else int(d) for d in size]
+    """The output extents as ints (a dimension expression without a value, as in the dtype
+    probe on one-element operands, as 1)."""
+    return [d.value if isinstance(d, Lit) else 1 if isinstance(d, Expr) else int(d)
+            for d in size]
 
 
-def _ref_upsample_nearest(x, size, scales):
-    return torch.ops.aten.upsample_nearest2d(x, _sizes(size), *(scales or (None, None)))
+def _ref_upsample(x, size, scales, mode, align_corners=None, antialias=False):
+    fn = getattr(torch.ops.aten, upsample_aten(mode, len(size), antialias))
+    corners = () if align_corners is None else (align_corners,)
+    return fn(x, _sizes(size), *corners, *(scales or (None,) * len(size)))
 
 
-def _ref_upsample_bilinear(x, size, scales, align_corners):
-    return torch.ops.aten.upsample_bilinear2d(x, _sizes(size), align_corners,
-                                              *(scales or (None, None)))
-
-
-def _sample_nearest(n: int):
-    return (torch.randn(n, 2, 3, 5, generator=_rng(n)),), {"size": (6, 10), "scales": (2.0, 2.0)}
-
-
-def _sample_bilinear(n: int):
+def _sample_upsample(n: int):
     return ((torch.randn(n, 2, 3, 5, generator=_rng(n)),),
-            {"size": (5, 7), "scales": None, "align_corners": False})
+            {"size": (5, 7), "scales": (None, 1.5), "mode": "cubic", "align_corners": False})
 
 
-_library("upsample_nearest2d", _infer_upsample, _ref_upsample_nearest, _sample_nearest)
-_library("upsample_bilinear2d", _infer_upsample, _ref_upsample_bilinear, _sample_bilinear)
+_library("upsample", _infer_upsample, _ref_upsample, _sample_upsample, integer_backends=("cpu",))
