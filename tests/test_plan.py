@@ -130,6 +130,27 @@ def test_vectorized_entry_points():
     assert ln.geometry(0, 4096, 4) == (4, 256) and ln.geometry(0, 4096) == (16, 256)
 
 
+@pytest.mark.parametrize("c, dynamic, want", [(96, False, 3), (768, False, 24), (1024, False, 32),
+                                              (1025, False, 16), (768, True, 16)])
+def test_warp_cache_follows_a_literal_row(c, dynamic, want):
+    """The warp entry point of a layer norm or softmax row of literal extent keeps
+    ``ceil(c / 32)`` elements a lane (up to ``WARP_ROW_MAX``), a runtime one ``ROW_CACHE``; the
+    launcher serves rows up to ``32 *`` that by warp, and the emitted body sizes ``rc`` by it.
+    A sum keeps no row: ``ROW_CACHE``, so ``WARP_MAX``."""
+    from dlcb_lab.kgen.emit import ROW_CACHE, warp_cache
+
+    class Rows(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.layer_norm(x, (x.shape[-1],)), x.softmax(-1), x.sum(-1)
+
+    dyn = {0: {0: "N", 1: "C"}} if dynamic else {0: {0: "N"}}
+    blocks = [b.variant for b in infer_kernels(to_ir(Rows(), [torch.randn(2, c)], dyn),
+                                               cooperative=True)]
+    assert [warp_cache(b) for b in blocks] == [want, want, ROW_CACHE]
+    src = cuda_module(blocks[:1], (NARROW, WARP))
+    assert f"constexpr int RC = W ? {want} : {ROW_CACHE};" in src and "rc[RC];" in src
+
+
 def test_warp_entry_points():
     """Every block-per-output kernel has a warp-per-output entry point (``_w``: its body with
     ``W`` true, 32-bit index) that compiles with NVRTC. ``warp_rows``: no reduced load steps by
@@ -164,6 +185,9 @@ def test_warp_entry_points():
         assert ln.width(1, few, True, extent=WARP_MAX + 1) == 1           # the block
         assert ln.width(1, few, False, extent=96) == 1                    # 64-bit index
     assert CudaLauncher({(1, False): None}).choose(big, 96, True) == 0   # no warp entry
+    long_rows = CudaLauncher({(1, False): None}, warp=object(), rows=True, warp_max=768)
+    assert long_rows.choose(big, 768, True) == 1 and long_rows.width(1, few, True, extent=768) == 8
+    assert long_rows.width(1, few, True, extent=769) == 1
     assert contiguous.geometry(1, 1000, BLOCK // 32) == (125, BLOCK)
     assert contiguous.geometry(1, 1000) == (1000, BLOCK)
 

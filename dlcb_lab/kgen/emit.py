@@ -50,8 +50,8 @@ VECTOR_BYTES = 16
 WARP = "_w"
 """Suffix of a block-per-output kernel's warp-per-output entry point (32-bit index arithmetic,
 ``blockDim.x / 32`` outputs per block, the reduction over one warp's shuffles: no shared memory,
-no block barrier). Emitted beside ``NARROW``; the launcher takes it for short reduced extents
-(``runtime.launchers.WARP_MAX``)."""
+no block barrier). Emitted beside ``NARROW``; the launcher takes it for reduced extents up to
+``32 * warp_cache(k)`` (``runtime.launchers.WARP_MAX`` for a row of runtime extent)."""
 
 _ELEMENTWISE = (IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Store)
 
@@ -449,7 +449,26 @@ class _CudaVector(_Cuda):
 ROW_CACHE = 16
 """Row elements per thread a group-per-row kernel keeps in registers: a row of at most
 ``ROW_CACHE * gsize`` elements (4096 for a block of 256 threads, 512 for a warp) is read from
-memory once, its second pass reading the registers; a longer row is read twice."""
+memory once, its second pass reading the registers; a longer row is read twice. The warp entry
+point of a row of literal extent keeps ``warp_cache`` elements a lane instead."""
+WARP_ROW_MAX = 1024
+"""Longest literal row a warp per output keeps in registers (``warp_cache``: 32 elements a lane).
+A block per row of 768 (BERT's and GPT-2's layer norms) held 256 threads through eight block
+barriers for three elements each, three blocks resident per SM: on the H200, 163 us per layer
+norm at 32x512, a fourth of the bandwidth a warp per row reaches."""
+
+
+def warp_cache(k: KernelBody) -> int:
+    """Row elements per lane the warp entry point of block-per-output kernel ``k`` keeps in
+    registers: for a normalization or softmax row (``_row_passes`` caches those) of literal
+    extent ``E`` up to ``WARP_ROW_MAX``, ``ceil(E / 32)`` (no unrolled stride past the row's
+    end), else ``ROW_CACHE``; ``32 * warp_cache(k)`` is the longest reduced extent its launcher
+    runs as a warp per output."""
+    loop = next((s for s in k.stmts if isinstance(s, Loop)), None)
+    if loop is not None and any(isinstance(s, RowInit) for s in k.stmts) and \
+            loop.extent.isdigit() and int(loop.extent) <= WARP_ROW_MAX:
+        return max(1, -(-int(loop.extent) // 32))
+    return ROW_CACHE
 
 
 class _CudaRowCached(_Cuda):
@@ -490,9 +509,9 @@ class _CudaRowCached(_Cuda):
         return out
 
     def cached_loop(self, body: list[str], ind: str, var: str = "") -> list[str]:
-        """``body`` for each of the thread's ``ROW_CACHE`` strides of the row (``k``) that lies
-        inside it, unrolled; ``var``, if named, is the element's index in the row."""
-        lines = [f"{ind}#pragma unroll", f"{ind}for (I k = 0; k < {ROW_CACHE}; ++k) {{"]
+        """``body`` for each of the thread's ``RC`` strides of the row (``k``) that lies inside
+        it, unrolled; ``var``, if named, is the element's index in the row."""
+        lines = [f"{ind}#pragma unroll", f"{ind}for (I k = 0; k < RC; ++k) {{"]
         if var:
             lines += [f"{ind}  const I {var} = lane + k * gsize;",
                       f"{ind}  if ({var} < {self.extent}) {{"] + \
@@ -521,7 +540,8 @@ class _CudaRowCached(_Cuda):
 
 def _row_passes(k: KernelBody, ind: str) -> list[str]:
     """A block-per-row kernel's statements: those before its first pass, then the passes with
-    the row in registers where it fits (``ROW_CACHE``), else reading the row twice."""
+    the row in registers where it fits (``RC`` elements a thread: ``ROW_CACHE`` for the block,
+    ``warp_cache`` for a warp), else reading the row twice."""
     first = next((i for i, s in enumerate(k.stmts) if isinstance(s, Loop)), None)
     init = next((s for s in k.stmts if isinstance(s, RowInit)), None)
     plain = _Cuda(k)
@@ -529,8 +549,9 @@ def _row_passes(k: KernelBody, ind: str) -> list[str]:
         return plain.block(k.stmts, ind)
     head, inner = plain.block(k.stmts[:first], ind), ind + "  "
     cached = _CudaRowCached(k, init.kind, plain.acc)
-    return head + [f"{ind}if ({k.stmts[first].extent} <= {ROW_CACHE} * gsize) {{",
-                   f"{inner}{cached.rc_type} rc[{ROW_CACHE}];"] + \
+    return head + [f"{ind}constexpr int RC = W ? {warp_cache(k)} : {ROW_CACHE};",
+                   f"{ind}if ({k.stmts[first].extent} <= RC * gsize) {{",
+                   f"{inner}{cached.rc_type} rc[RC];"] + \
         cached.block(k.stmts[first:], inner) + [f"{ind}}} else {{"] + \
         plain.block(k.stmts[first:], inner) + [f"{ind}}}"]
 

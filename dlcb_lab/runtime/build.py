@@ -21,7 +21,7 @@ import torch
 from ..kgen.abi import abi
 from ..kgen.emit import (NARROW, VECTOR, WARP, all_variants, cuda_kernel, cuda_module,
                          entry_points, numba_module, signature, vector_loads, vector_width,
-                         warp_rows)
+                         warp_cache, warp_rows)
 from ..kgen.kir import KernelBody
 from .launchers import CpuLauncher, CudaLauncher, Vector
 
@@ -96,11 +96,13 @@ def _vector(k: KernelBody, mod) -> Vector | None:
                   w * k.dtype.torch.itemsize)
 
 
-def _warp(k: KernelBody, mod) -> tuple[Any, bool]:
+def _warp(k: KernelBody, mod) -> tuple[Any, bool, int]:
     """The warp-per-output entry point of ``k``'s block-per-output variant in ``mod`` (or None),
-    and whether that variant reduces rows, not columns (``warp_rows``)."""
+    whether that variant reduces rows, not columns (``warp_rows``), and the longest reduced
+    extent the entry point serves (``warp_cache`` elements a lane)."""
     v = k.variant
-    return (None, False) if v is None else (mod.kernel(v.name + WARP, signature(v)), warp_rows(v))
+    return (None, False, 0) if v is None else \
+        (mod.kernel(v.name + WARP, signature(v)), warp_rows(v), 32 * warp_cache(v))
 
 
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:

@@ -22,8 +22,10 @@ BLOCK = 256
 MAX_GRID = 1 << 16
 WARP_MAX = 512
 """Longest reduced extent a warp per output serves (``kgen.emit.WARP``; the row it keeps in
-registers, ``kgen.emit.ROW_CACHE`` elements per lane): every block-per-output launch at or below
-it runs a warp per output instead. A block per row there holds 256 threads through two block
+registers, ``kgen.emit.ROW_CACHE`` elements per lane) where the kernel gives no other
+(``kgen.emit.warp_cache``: a normalization or softmax row of literal extent, up to
+``kgen.emit.WARP_ROW_MAX``): every block-per-output launch at or below it runs a warp per
+output instead. A block per row there holds 256 threads through two block
 barriers per row for a handful of elements each: on the H200, Swin-T's layer norms over 96
 channels at batch 32 took 1 ms a call (eager's 43 us)."""
 WARP_MIN_ROWS = 32
@@ -72,28 +74,30 @@ def _flat_array(t: torch.Tensor):
 class CudaLauncher:
     """``CudaKernel``s ``(out, *ins, numel, *params)`` (``kgen.abi``) keyed by (variant,
     narrow). The cooperative variant is chosen for rows a warp per output serves
-    (``rows``, ``WARP_MIN_ROWS``..``WARP_MAX``), or when the reduced extent is large enough to
+    (``rows``, ``WARP_MIN_ROWS``..``warp_max``), or when the reduced extent is large enough to
     occupy a block and either the outputs alone would not fill the GPU or the extent is long.
     ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None;
     ``warp``: the warp-per-output entry point of variant 1, or None; ``rows``: whether variant 1
-    reduces rows, not columns (``kgen.emit.warp_rows``)."""
+    reduces rows, not columns (``kgen.emit.warp_rows``); ``warp_max``: the longest reduced extent
+    that entry point serves (``32 * kgen.emit.warp_cache``)."""
 
     def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None,
-                 warp: Any = None, rows: bool = False):
+                 warp: Any = None, rows: bool = False, warp_max: int = WARP_MAX):
         self.kernels = kernels
         self.vector = vector
         self.warp = warp
         self.rows = rows
+        self.warp_max = warp_max
         self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
 
     def _by_warp(self, extent: int, narrow: bool) -> bool:
         """Whether variant 1 runs a warp per output at this ``extent`` and index width."""
-        return self.warp is not None and narrow and extent <= WARP_MAX
+        return self.warp is not None and narrow and extent <= self.warp_max
 
     def width(self, variant: int, numel: int, narrow: bool, out=None, ins=(), extent: int = 0
               ) -> int:
         """Variant 1: outputs per block, ``BLOCK // 32`` (a warp each) where a warp serves the
-        reduced ``extent`` (at most ``WARP_MAX``, 32-bit index), else 1. Variant 0: outputs per
+        reduced ``extent`` (at most ``warp_max``, 32-bit index), else 1. Variant 0: outputs per
         thread, the vectorized entry point's width where it applies (32-bit index, ``numel`` a
         multiple of the width, the output and every input it reads as vectors aligned to a
         vector's bytes; pointers not given are taken as aligned), else 1."""
