@@ -105,14 +105,14 @@ def _shift_shift(g: Graph, n: Node, use: dict) -> str | None:
 
 
 def _identity(g: Graph, n: Node, use: dict) -> str | None:
-    """x * 1, x + 0, x - 0, x / 1, to(x, x.dtype), same-shape reshape  ->  x"""
+    """x * 1, x + 0, x - 0, x / 1, to(x, x.dtype), same-shape reshape, cat([x])  ->  x"""
     x = n.inputs[0]
     if not isinstance(x, Value) or x.dtype != n.out.dtype or g.dims(x) != g.dims(n.out):
         return None
     other = n.inputs[1] if len(n.inputs) == 2 else None
     same = (n.op.name in ("mul", "div") and other == 1 and not isinstance(other, bool)) or \
         (n.op.name in ("add", "sub") and other == 0 and not isinstance(other, bool)) or \
-        n.op.name in ("to", "reshape") or \
+        n.op.name in ("to", "reshape") or (n.op.name == "cat" and len(n.inputs) == 1) or \
         (n.op.name == "permute" and tuple(n.attrs["dims"]) == tuple(range(x.rank)))
     if not same:
         return None
@@ -411,7 +411,7 @@ def _merge_linears(g: Graph, n: Node, use: dict) -> str | None:
 
 
 REWRITES: list[tuple[str, Rule]] = [
-    ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), ...  ->  x
+    ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), cat([x])  ->  x
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
     ("slice_of_slice", _slice_of_slice),        # slice(slice(x)) on one axis -> slice(x)
     ("permute_of_permute", _permute_of_permute),  # permute(permute(x)) -> permute(x)
