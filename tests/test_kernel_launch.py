@@ -166,6 +166,22 @@ def test_index_tensor_checked():
     assert bad.isnan().all()
 
 
+def test_check_indices_one_pass_over_several():
+    """``check_indices``: every check of a call at once (one ``aminmax`` per distinct tensor, one
+    sync), the first failing one named with the values it saw; empty tensors pass; int32 and
+    int64 tensors in one batch."""
+    from dlcb_lab.runtime.launchers import check_indices
+
+    ids, pos = torch.tensor([[3, 7], [0, 9]]), torch.arange(4, dtype=torch.int32)
+    check_indices([(ids, 10, "wte"), (ids, 12, "wte again"), (pos, 4, "wpe"),
+                   (torch.empty(0, dtype=torch.int64), 0, "none")])
+    check_indices([])
+    with pytest.raises(dl.ShapeMismatch, match=r"^wpe: index values in \[0, 3\], outside \[0, 3\)"):
+        check_indices([(ids, 10, "wte"), (pos, 3, "wpe"), (ids, 9, "later")])
+    with pytest.raises(dl.ShapeMismatch, match=r"^wte: index values in \[-1, 8\]"):
+        check_indices([(ids - 1, 10, "wte")])
+
+
 def test_guards_of_the_program():
     """A slice needs its axis long enough: the host program's requirement guards the kernel."""
     cm = dl.compile(Slice(), (torch.randn(3, 7),), dynamic={0: {0: "N", 1: "W"}}, backend="cpu")

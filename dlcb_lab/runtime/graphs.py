@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from ..hostgen.lower import KernelLaunch, LibraryCall, Src, _reads
-from .launchers import check_index
+from .launchers import check_indices
 
 if TYPE_CHECKING:
     from .thunks import Thunk
@@ -205,8 +205,7 @@ class GraphCache:
                 return None
         else:
             self.graphs.move_to_end(key)
-        for i, reg, what in self.thunk.input_checks:
-            check_index(tensors[i], r[reg], what)
+        check_indices([(tensors[i], r[reg], what) for i, reg, what in self.thunk.input_checks])
         stream = torch.cuda.current_stream(tensors[0].device if tensors else None)
         with GATE.shared():
             stream.wait_event(self._done)   # the last replay, on whichever stream, has copied out

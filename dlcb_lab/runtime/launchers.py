@@ -11,7 +11,7 @@ the warp-per-output one, that many outputs per block (``width(...)`` decides it 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -149,8 +149,20 @@ class Vector:
 def check_index(t: torch.Tensor, extent: int, what: str) -> None:
     """Every value of index tensor ``t`` in ``[0, extent)``, before a kernel reads it as a
     coordinate (a device sync on CUDA)."""
-    if not t.numel():
+    check_indices([(t, extent, what)])
+
+
+def check_indices(checks: "Sequence[tuple[torch.Tensor, int, str]]") -> None:
+    """``check_index`` for each ``(t, extent, what)``, with one device sync for all of them
+    (one ``aminmax`` per distinct tensor): GPT-2's token ids, read by two kernels, cost two
+    syncs per call, each a host round trip with the GPU idle."""
+    live = [c for c in checks if c[0].numel()]
+    if not live:
         return
-    lo, hi = torch.stack(torch.aminmax(t.reshape(-1))).tolist()   # one sync
-    if not (0 <= lo and hi < extent):
-        raise ShapeMismatch(f"{what}: index values in [{lo}, {hi}], outside [0, {extent})")
+    order = list({id(t): t for t, _, _ in live}.values())
+    flat = torch.stack([m for t in order for m in torch.aminmax(t.reshape(-1))]).tolist()
+    at = {id(t): (flat[2 * i], flat[2 * i + 1]) for i, t in enumerate(order)}
+    for t, extent, what in live:
+        lo, hi = at[id(t)]
+        if not (0 <= lo and hi < extent):
+            raise ShapeMismatch(f"{what}: index values in [{lo}, {hi}], outside [0, {extent})")

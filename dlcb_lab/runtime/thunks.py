@@ -25,7 +25,7 @@ from ..hostgen.program import HostProgram, HostTrace
 from ..kgen.emit import NARROW, VECTOR, WARP
 from .args import check_inputs
 from .graphs import GraphCache, capacity_from_env
-from .launchers import NARROW_LIMIT, check_index
+from .launchers import NARROW_LIMIT, check_index, check_indices
 
 
 @dataclass(frozen=True)
@@ -210,8 +210,8 @@ class Thunk(Rich):
                                                 device=dev)
             return t
 
-        for i, reg, what in self.input_checks if checks else ():
-            check_index(tensors[i], r[reg], what)
+        if checks:
+            check_indices([(tensors[i], r[reg], what) for i, reg, what in self.input_checks])
         for i, step, frees, shape, launch in self._walk(r):
             if at is not None:
                 at.append(i)
