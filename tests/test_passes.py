@@ -515,6 +515,37 @@ def test_linear_bias_in_the_library_call():
         _close(cm, m, torch.randn(n, L, 16))
 
 
+class CachedHeads(nn.Module):
+    """GPT-2's attention with an empty KV cache: one q/k/v linear split into heads, k and v each
+    concatenated to a legacy 1-D empty past (torch skips it), then sdpa."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x):
+        n, L, _ = x.shape
+        q, k, v = (t.view(n, L, 4, 4).transpose(1, 2) for t in self.qkv(x).split(16, dim=2))
+        past = x.new_empty(0)
+        k, v = torch.cat([past, k], dim=-2), torch.cat([past, v], dim=-2)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_cat_of_one_operand_is_the_operand():
+    """The cat of k (or v) with a skipped empty past is k itself: sdpa reads views of the GEMM,
+    which adds the bias, and no kernel copies anything."""
+    torch.manual_seed(0)
+    m = CachedHeads().eval()
+    cm = dl.compile(m, (torch.randn(2, 5, 16),), dynamic={0: {0: "N", 1: "L"}}, backend="cpu")
+    assert not any(n.op.name == "cat" for n in cm.pipeline.graph.nodes)
+    changes = [c for p in cm.pipeline.passes if p.name == "rewrite" for c in p.changes]
+    assert sum(c.startswith("identity") and "= cat(" in c for c in changes) == 2, changes
+    calls = [st for st in cm._thunk.plan.steps if isinstance(st, LibraryCall)]
+    assert [st.op.name for st in calls] == ["linear", "sdpa"]
+    for n, L in ((1, 5), (3, 7), (2, 1)):
+        _close(cm, m, torch.randn(n, L, 16))
+
+
 class GatedMLP(nn.Module):
     """A SwiGLU feed-forward (gate and up read x) beside a linear of another input and one of x
     with its bias in a kernel: only the two alike are merged."""
