@@ -417,6 +417,21 @@ def test_upsample_refusals():
                  dyn)
 
 
+def test_upsample_empty_extents_refused_before_any_launch():
+    """torch rejects an empty spatial input or output extent (a RuntimeError in its kernel); a
+    compiled call refuses it in the host program, naming the axis: an input H of 0, and an input
+    H of 1 that a scale of 0.6 takes to 0. A batch of 0 runs."""
+    f = _interp(scale_factor=(0.6, 2), mode="bilinear", align_corners=True)
+    cm = _compile(f, (_rand(2, 3, 5, 6),), {0: {0: "N", 2: "H", 3: "W"}})
+    for bad, what in ((_rand(2, 3, 0, 5), r"upsample input H H >= 1"),
+                      (_rand(1, 3, 1, 4), r"upsample output H \(3\*H\) // 5 >= 1")):
+        with pytest.raises(RuntimeError):
+            f(bad)
+        with pytest.raises(dl.ShapeMismatch, match=what):
+            cm(bad)
+    assert cm(_rand(0, 3, 7, 8)).shape == (0, 3, 4, 16)
+
+
 def test_upsample_cuda_compiles_with_nvrtc():
     """The generated kernels around the ``upsample`` library call (its operand's producer, its
     consumers' epilogue) for every mode and spatial rank, through NVRTC."""
@@ -497,7 +512,8 @@ def test_refusals():
 _CHECKED = [f for name, f in list(globals().items())
             if name.startswith("test_") and name not in (
                 "test_refusals", "test_new_ops_cuda_compiles_with_nvrtc", "test_upsample_refusals",
-                "test_upsample_cuda_compiles_with_nvrtc", "test_upsample_scaled_size_exact")]
+                "test_upsample_cuda_compiles_with_nvrtc", "test_upsample_scaled_size_exact",
+                "test_upsample_empty_extents_refused_before_any_launch")]
 
 
 @pytest.mark.gpu

@@ -22,7 +22,7 @@ import torch
 from ..dims import Expr, Lit, as_expr, lit, prod
 from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Value
-from ..ir.ops.library import upsample_aten
+from ..ir.ops.library import UPSAMPLE, upsample_aten
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
 from .common import Cx, Unavailable, axes_arg, dim_arg, operand, tensor_arg, wrap_axis
@@ -919,16 +919,6 @@ def _no_corners():
     raise UnsupportedOp("upsample: the linear and cubic modes need align_corners")
 
 
-_UPSAMPLE_OPS = {f"{'_' if m == 'nearest-exact' else ''}upsample_{n}{k}d": (m, k)
-                 for m, n, ks in (("nearest", "nearest", (1, 2, 3)),
-                                  ("nearest-exact", "nearest_exact", (1, 2, 3)),
-                                  ("linear", "linear", (1,)), ("linear", "bilinear", (2,)),
-                                  ("linear", "trilinear", (3,)), ("cubic", "bicubic", (2,)))
-                 for k in ks}
-"""ATen upsample packet -> (mode, spatial axes); ``_upsample_bilinear2d_aa`` and
-``_upsample_bicubic2d_aa`` (F.interpolate's antialias=True) lower as well."""
-
-
 ATEN: dict[str, Callable] = {
     "pow": _l_pow, "float_power": _l_float_pow,
     **{op: _unary(op) for op in ("sin", "cos", "log1p", "expm1", "sign")},
@@ -948,8 +938,8 @@ ATEN: dict[str, Callable] = {
     "var_mean": _l_var_mean, "std_mean": _l_std_mean,
     "linalg_vector_norm": _l_linalg_vector_norm, "norm": _l_norm,
     "conv1d": _l_conv1d,
-    **{op: _upsample(m, k) for op, (m, k) in _UPSAMPLE_OPS.items()},
-    "_upsample_bilinear2d_aa": _upsample("linear", 2, True),
-    "_upsample_bicubic2d_aa": _upsample("cubic", 2, True),
+    **{op: _upsample(m, k) for (m, k), op in UPSAMPLE.items()},
+    **{f"_{op}_aa": _upsample(m, k, True) for (m, k), op in UPSAMPLE.items()
+       if m in ("linear", "cubic") and k == 2},   # F.interpolate's antialias=True
 }
 """ATen overload packet name -> lowering; ``bridge.aten`` adds the entries its own table lacks."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ...dims import Expr, Lit, Shape, lit, shape
+from ...dims import Expr, Lit, Shape, as_expr, lit, shape
 from ...errors import ShapeError, UnsupportedOp
 from .core import OpDef, OpKind, register
 from .elementwise import broadcast_dims
@@ -283,20 +283,19 @@ _library("cumsum", infer_along, _ref_cumsum, _sample_cumsum)
 # (None for the nearest modes); ``antialias`` (linear and cubic on 2 axes) ATen's
 # ``_upsample_*_aa`` filter.
 
-_UPSAMPLE = {("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_nearest2d",
-             ("nearest", 3): "upsample_nearest3d", ("nearest-exact", 1): "_upsample_nearest_exact1d",
-             ("nearest-exact", 2): "_upsample_nearest_exact2d",
-             ("nearest-exact", 3): "_upsample_nearest_exact3d", ("linear", 1): "upsample_linear1d",
-             ("linear", 2): "upsample_bilinear2d", ("linear", 3): "upsample_trilinear3d",
-             ("cubic", 2): "upsample_bicubic2d"}
-"""(mode, spatial axes) -> the ATen op computing it (``_aa`` appended for ``antialias``)."""
-
-UPSAMPLE_MODES = ("nearest", "nearest-exact", "linear", "cubic")
+UPSAMPLE = {("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_nearest2d",
+            ("nearest", 3): "upsample_nearest3d", ("nearest-exact", 1): "_upsample_nearest_exact1d",
+            ("nearest-exact", 2): "_upsample_nearest_exact2d",
+            ("nearest-exact", 3): "_upsample_nearest_exact3d", ("linear", 1): "upsample_linear1d",
+            ("linear", 2): "upsample_bilinear2d", ("linear", 3): "upsample_trilinear3d",
+            ("cubic", 2): "upsample_bicubic2d"}
+"""(mode, spatial axes) -> the ATen op computing it (``_aa`` appended for ``antialias``); the
+bridge lowers each of these packets (``bridge.aten_ext``)."""
 
 
 def upsample_aten(mode: str, k: int, antialias: bool = False) -> str:
     """The ATen op of ``mode`` over ``k`` spatial axes; ``UnsupportedOp`` when there is none."""
-    name = _UPSAMPLE.get((mode, k))
+    name = UPSAMPLE.get((mode, k))
     if name is None or antialias and (k != 2 or mode not in ("linear", "cubic")):
         raise UnsupportedOp(f"upsample mode {mode!r} over {k} spatial axes"
                             f"{' with antialias' if antialias else ''} (ATen has none)")
@@ -311,10 +310,10 @@ def _infer_upsample(g: "Graph", node: "Node") -> Shape:
     if x.rank != k + 2:
         raise ShapeError(f"upsample over {k} spatial axes needs a rank-{k + 2} input "
                          f"[N, C, {', '.join('DHW'[3 - k:])}], got rank {x.rank}")
-    if any(isinstance(d, Lit) and d.value < 1 for d in a["size"]):
-        raise ShapeError(f"upsample to the spatial extents {list(a['size'])}: each must be "
-                         f"positive (torch rejects an empty output)")
-    n, c = g.dims(x)[:2]
+    n, c, *spatial = g.dims(x)
+    for axis, d, o in zip("DHW"[3 - k:], spatial, a["size"]):   # torch rejects empty ones
+        g.require(as_expr(d) - 1, node, f"upsample input {axis} {d!r} >= 1")
+        g.require(as_expr(o) - 1, node, f"upsample output {axis} {o!r} >= 1")
     return shape([g.solver.resolve(n), g.solver.resolve(c), *a["size"]])
 
 
