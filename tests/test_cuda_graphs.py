@@ -322,3 +322,30 @@ def test_memory_flat_across_calls_at_varying_shapes(net):
     assert g["evictions"] >= 10_000 and g["cached"] == 8, g
     assert dev < 1 << 20 and host < 64 * 1024, (dev, host)   # the last 8 graphs: other sizes
     _check(m, cm, xs[5])
+
+
+
+def test_capture_leaves_no_second_cublas_workspace():
+    """cuBLAS allocates a workspace per stream at its first matmul there and holds it: a capture
+    on the side stream would keep one beside the default stream's (32 MiB and more on Hopper).
+    After a capture of two matmuls, with the default stream's workspace in use again (an eager
+    matmul), device memory allocated has grown by the static input and the outputs alone."""
+    from dlcb_lab.hostgen.lower import LibraryCall
+
+    lin = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                              torch.nn.Softmax(-1)).to(DEV).eval()
+    x = torch.randn(8, 64, device=DEV)
+    cm = dl.compile(lin, (x,), dynamic={0: {0: "N"}}, backend="cuda")
+    assert sum(isinstance(s, LibraryCall) for s in cm._thunk.plan.steps) == 2
+    with torch.no_grad():
+        lin(x)                      # the default stream's workspace
+        cm(x)                       # plain
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        y = cm(x)                   # capture, then replay
+        lin(x)                      # the default stream's workspace, again
+        torch.cuda.synchronize()
+    grown = torch.cuda.memory_allocated() - before
+    assert cm.stats()["graphs"]["captures"] == 1
+    held = x.numel() * x.element_size() + 2 * y.numel() * y.element_size()   # + the caller's y
+    assert grown <= held + (1 << 20), (grown, held)

@@ -25,7 +25,8 @@ those shapes. Per thunk, a ``GraphCache``:
   ``refused`` says which step.
 - **Bounded**: an LRU of ``capacity`` graphs (``DLCB_CUDA_GRAPHS=N``; ``0`` turns replay off). The
   graphs of one thunk share one memory pool (replays of one thunk are serialized, and outputs are
-  copied out before the next replay).
+  copied out before the next replay); the capture stream's cuBLAS workspace is one of the pool's
+  blocks, not a second process-long allocation (``_pooled_blas_workspaces``).
 - **Threads**: a module shared by threads serializes its captures and replays under one lock
   (the static input buffers and the pool are one per thunk), and each replay's stream waits for
   the previous replay's copy-out, whichever stream that ran on. A capture runs alone: another
@@ -248,7 +249,7 @@ class GraphCache:
         err: Exception | None = None
         step_failed = False
         self._stream.wait_stream(torch.cuda.current_stream(dev))
-        with GATE.exclusive(), torch.cuda.stream(self._stream):
+        with GATE.exclusive(), torch.cuda.stream(self._stream), _pooled_blas_workspaces():
             try:
                 graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
             except Exception as e:   # noqa: BLE001 - no capture began: retried later
@@ -295,6 +296,23 @@ class GraphCache:
         return (f"GraphCache({s['cached']}/{s['capacity']} graphs, {s['captures']} captures, "
                 f"{s['replays']} replays, {s['evictions']} evictions"
                 + (f", refused {len(s['refused'])}" if s["refused"] else "") + ")")
+
+
+@contextmanager
+def _pooled_blas_workspaces():
+    """cuBLAS keeps one workspace per (handle, stream), allocated at its first matmul and held for
+    the process: captured on the side stream, it would stay allocated beside the default stream's
+    (64 MiB on the H200, counted against every model with a matmul). Cleared before the capture,
+    the side stream's workspace is allocated inside the capture, from the graph's pool; cleared
+    after it, that block is free in the pool like any intermediate, which the graph's replays
+    (serialized per pool) keep using. The default stream's workspace is reallocated, from the
+    allocator's cache, at its next matmul. Inductor's CUDA-graph trees do the same."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None) or (lambda: None)
+    clear()
+    try:
+        yield
+    finally:
+        clear()
 
 
 def _reset_capture_state(stream) -> None:
