@@ -48,13 +48,16 @@ def test_columns_shapes_and_metrics(df):
     for _, system, shape, g in _cells(df):
         first = shape in (SHAPES["resnet18"][0], SHAPES["bert"][0])
         want = {"ms", "first_call_ms", "max_rel_err", "compile_s" if first else "recompile_s"}
+        if system == "eager":   # the reference copy's first call at the shape
+            want.add("first_call_cold_ms")
         if system.startswith("dlcb"):
             want |= DLCB_COUNTS
             if first or system == "dlcb-static":   # the shapes that compiled
                 want |= {f"phase_{k}_s" for k in DLCB_PHASES}
         assert set(g.metric) == want, (system, shape)   # no peak_mb on cpu
         assert len(g) == len(want)
-    t = df[df.metric.isin(["ms", "compile_s", "recompile_s", "first_call_ms"])]
+    t = df[df.metric.isin(["ms", "compile_s", "recompile_s", "first_call_ms",
+                           "first_call_cold_ms"])]
     assert (t.value > 0).all()
     phases = df[df.metric.str.startswith("phase_")].pivot_table(
         "value", ["model", "system", "batch"], "metric")
@@ -130,7 +133,8 @@ def test_cli_runs_each_system_in_its_own_process(tmp_path, capsys):
     df = pd.read_csv(tmp_path / "models.csv", keep_default_na=False, na_values={"value": [""]})
     assert list(df.columns) == bm.COLUMNS
     eager = df[df.system == "eager"].set_index("metric").value
-    assert {"ms", "compile_s", "first_call_ms", "max_rel_err"} == set(eager.index)
+    assert {"ms", "compile_s", "first_call_ms", "first_call_cold_ms", "max_rel_err"} == \
+        set(eager.index)
     assert eager["max_rel_err"] == 0 and eager["ms"] > 0
     (skip,) = df[df.system == "eager-cudagraph"].itertuples()
     assert skip.metric == "ms" and skip.error.startswith("skipped:")
@@ -162,3 +166,15 @@ def test_summary_geomean_by_hand():
     md = zoo.to_markdown(s)
     assert md.splitlines()[0] == "| model | batch | seq | res | x | y |"
     assert len(md.splitlines()) == 2 + len(s)
+
+
+def test_paired_times_dynamic_against_a_static_compile_in_turn():
+    from dataclasses import replace
+
+    cfg = replace(CFG, batches=(1, 2), paired=True, reps=1, warmup=0)
+    rows = bm.run_one("resnet18", "dlcb-dynamic", cfg)
+    got = {(r["batch"], r["metric"]): r for r in rows if r["metric"].startswith("paired")}
+    assert set(got) == {(b, m) for b in (1, 2) for m in ("paired_ms", "paired_static_ms")}
+    assert all(r["value"] > 0 and r["error"] == "" for r in got.values())
+    assert not any(r["metric"].startswith("paired") for r in
+                   bm.run_one("resnet18", "eager", cfg))   # dlcb-dynamic's alone

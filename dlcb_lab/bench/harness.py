@@ -85,7 +85,8 @@ def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.S
         batches: Sequence[int] = (1, 8, 32), resolutions: Sequence[int] = (224,),
         seqs: Sequence[int] = (32, 128, 512), text_shapes: Sequence[tuple[int, int]] | None = None,
         dtype: str = "float32", device: str | None = None, tiny: bool = False, reps: int = 30,
-        warmup: int = 5, fp32: bool = False, out: str | Path | None = None,
+        warmup: int = 5, fp32: bool = False, paired: bool = False,
+        out: str | Path | None = None,
         workers: int | None = None, ray: str | None = None, timeout: float = 3600.0,
         retry_failed: bool = False, progress: bool = True) -> "pd.DataFrame":
     """Measure every cell of ``plan(models, systems, resolutions)`` (see the module doc); the
@@ -94,7 +95,7 @@ def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.S
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     cfg = bm.Config(device=device, batches=tuple(batches), seqs=tuple(seqs),
                     text_shapes=None if text_shapes is None else tuple(map(tuple, text_shapes)),
-                    tiny=tiny, reps=reps, warmup=warmup, fp32=fp32, dtype=dtype)
+                    tiny=tiny, reps=reps, warmup=warmup, fp32=fp32, dtype=dtype, paired=paired)
     cfg.torch_dtype   # noqa: B018 - validates dtype
     _check_names(models, systems)
     if cfg.cuda and not torch.cuda.is_available():
@@ -284,6 +285,8 @@ def main_args(ap) -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
+    ap.add_argument("--paired", action="store_true",
+                    help="dlcb-dynamic: also time it against a static compile in turn")
     ap.add_argument("--out", default="data/bench/sweep", help="folder: models.csv, env.json")
     ap.add_argument("--workers", type=int, help="local slots (default: GPUs, or CPU cores)")
     ap.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
@@ -305,7 +308,7 @@ def main(a, log: Callable[[str], None] = print) -> int:
              systems=bm._names(a.systems, bm.SYSTEMS), batches=bm._ints(a.batches),
              resolutions=bm._ints(a.res), seqs=bm._ints(a.seqs), text_shapes=pairs,
              dtype=a.dtype, device=a.device, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
-             fp32=a.fp32, out=a.out, workers=a.workers, ray=a.ray, timeout=a.timeout,
+             fp32=a.fp32, paired=a.paired, out=a.out, workers=a.workers, ray=a.ray, timeout=a.timeout,
              retry_failed=a.retry_failed)
     log(f"{a.out}/models.csv: {len(df)} rows, {df[df.metric == 'ms'].value.notna().sum()} "
         f"timed cells of {int((df.metric == 'ms').sum())}")

@@ -58,6 +58,11 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  reference outputs, computed in the setup at every shape, built cuDNN's plans
                  for its NCHW convolutions, where DLCB's channels-last ones are built in its
                  first call, about 1.2 ms a convolution on the H200)
+  paired_ms, paired_static_ms   dlcb-dynamic with ``--paired``: its median time and a static
+                 compile's at the shape, timed in turn in one process (``_paired``)
+  first_call_cold_ms   eager only: the first call of the reference copy at each shape, none
+                 of its cuDNN plans or cuBLAS kernels loaded yet (the first shape's also initialises
+                 CUDA's libraries): what eager pays at a new shape, beside DLCB's first_call_ms
   max_rel_err    ``zoo.rel_error`` of that first result vs eager's (max |y - y_eager| / max
                  |y_eager| over all outputs; inf on shape/dtype mismatch or non-finite values);
                  ``error`` set when above ``Config.tol`` (fp32: ``zoo.GPU_TOL`` on cuda,
@@ -66,6 +71,8 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  timed calls) above what was resident before the system's first setup (the
                  module's weights, the inputs, the reference outputs), MiB; so a graph pool
                  held from an earlier shape's capture counts, and DLCB's own constants do
+  resident_mb    cuda only: the module's parameters and buffers and the call's inputs, MiB
+                 (peak_mb + resident_mb: the call's peak with the weights it needs)
   recompiles     cumulative, read after the cell's calls. torch.compile: Dynamo graphs compiled
                  since the end of the first shape (``counters["stats"]["unique_graphs"]``
                  difference; a graph break makes a recompile count twice); DLCB: sum of
@@ -152,6 +159,9 @@ class Config:
     in TF32, cuBLAS matmuls in fp32), as eager runs them."""
     dtype: str = "float32"
     """The model's floating parameters and the image inputs in this dtype (``DTYPES``)."""
+    paired: bool = False
+    """dlcb-dynamic: after its cells, time it against a static compile per shape in the same
+    process, alternately (``paired_ms``)."""
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -381,6 +391,9 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
         sync()
         rows.append(_row(model, system, shape, "peak_mb",
                          (torch.cuda.max_memory_allocated() - base) / 2**20))
+        held = [*sysm.m.parameters(), *sysm.m.buffers(), *args]
+        rows.append(_row(model, system, shape, "resident_mb",
+                         sum(t.numel() * t.element_size() for t in held) / 2**20))
     rows += [_row(model, system, shape, k, v) for k, v in sysm.counts().items()]
     rows += [_row(model, system, shape, f"phase_{k}_s", v) for k, v in sysm.phases().items()]
     return rows
@@ -425,9 +438,13 @@ def run_one(model: str, system: str, cfg: Config,
             stage[0] = "eager reference"
             ref = build(model, cfg.tiny).to(cfg.device, dt)
             inputs = [make_inputs(model, s, cfg.device, 1 + i, dt) for i, s in enumerate(shapes)]
-            wants = [ref(*x) for x in inputs]
-            if cfg.cuda:
-                torch.cuda.synchronize()
+            wants, cold = [], []
+            for x in inputs:   # each shape's first call of the reference copy, timed
+                t0 = time.perf_counter()
+                wants.append(ref(*x))
+                if cfg.cuda:
+                    torch.cuda.synchronize()
+                cold.append((time.perf_counter() - t0) * 1e3)
             del ref
             sysm = make_system(system, m, cfg.device)
             base = torch.cuda.memory_allocated() if cfg.cuda else 0
@@ -436,6 +453,8 @@ def run_one(model: str, system: str, cfg: Config,
             for shape in shapes:
                 fail(shape, why)
             return rows
+        if system == "eager":
+            emit([_row(model, system, sh, "first_call_cold_ms", t) for sh, t in zip(shapes, cold)])
         first_failed = ""
         for i, (shape, args, want) in enumerate(zip(shapes, inputs, wants)):
             if first_failed:
@@ -448,7 +467,33 @@ def run_one(model: str, system: str, cfg: Config,
                 fail(shape, why)
                 if i == 0:
                     first_failed = why[:300]
+        if cfg.paired and system == "dlcb-dynamic" and not first_failed:
+            for shape, args in zip(shapes, inputs):
+                try:
+                    emit(_paired(model, sysm, shape, args, cfg))
+                except Exception as err:
+                    emit([_row(model, system, shape, "paired_ms", None, f"paired: "
+                                                                        f"{zoo._describe(err)}")])
     return rows
+
+
+PAIRED_ROUNDS = 5
+
+
+def _paired(model: str, sysm: "_Dlcb", shape: Shape, args: tuple, cfg: Config
+            ) -> list[dict[str, Any]]:
+    """DLCB dynamic (its one compile) against ``dl.compile(..., dynamic=False)`` at ``shape``, in
+    turn, ``PAIRED_ROUNDS`` rounds of a median of ``cfg.reps`` calls (after ``cfg.warmup``) each:
+    rows ``paired_ms`` (the dynamic module) and ``paired_static_ms``, medians over the rounds.
+    Cells of the two systems run minutes apart on a noisy machine; this is the ratio itself."""
+    dyn = sysm.cms[0]
+    static = dl.compile(sysm.m, args, dynamic=False, backend=sysm.backend)
+    median = zoo._event_median_ms if cfg.cuda else _wall_median_ms
+    times: dict[str, list[float]] = {"paired_ms": [], "paired_static_ms": []}
+    for _ in range(PAIRED_ROUNDS):
+        times["paired_ms"].append(median(lambda: dyn(*args), cfg.reps, cfg.warmup))
+        times["paired_static_ms"].append(median(lambda: static(*args), cfg.reps, cfg.warmup))
+    return [_row(model, "dlcb-dynamic", shape, k, statistics.median(v)) for k, v in times.items()]
 
 
 # --- many (model, system) ------------------------------------------------------------------------
@@ -691,6 +736,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30, help="timed calls per cell")
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls before them")
     ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
+    ap.add_argument("--paired", action="store_true",
+                    help="dlcb-dynamic: also time it against a static compile in turn")
     ap.add_argument("--dtype", default="float32", choices=list(DTYPES),
                     help="model and image inputs in this dtype")
     ap.add_argument("--out", default="data/bench", help="folder for models.csv and env.json")
@@ -707,7 +754,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pairs = tuple(tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(","))
     cfg = Config(device=a.device, batches=_ints(a.batches), seqs=_ints(a.seqs),
                  text_shapes=pairs, res=a.res, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
-                 fp32=a.fp32, dtype=a.dtype)
+                 fp32=a.fp32, dtype=a.dtype, paired=a.paired)
     if cfg.cuda and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)
