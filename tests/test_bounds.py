@@ -235,6 +235,27 @@ def test_positive_divisors_come_from_the_bounds():
     assert not positive(W, {"tb_c0": H - W})
 
 
+def test_a_multiple_of_a_witness_is_positive():
+    """``256*W - 256`` is ``256*(W - 1)``: positive where the extent ``W - 1`` is a coordinate's
+    bound (a pooled width, say), so it divides by a multiply-high, not a floor division."""
+    b = {"tb_c0": W - 1, "tb_c1": N * (W - 1)}
+    assert positive(256 * W - 256, b) and positive(6 * W - 6, b)
+    assert not positive(256 * W - 256, {"tb_c0": W}) and not positive(256 * W - 512, b)
+    assert lower(C0 // (256 * W - 256), {"tb_c0": 256 * N * (W - 1), "tb_c1": W - 1}) is lit(0)
+
+
+def test_quotient_and_numerator_of_opposite_signs_are_bounded_together():
+    """``58*c - 115*(c // 2)`` is ``58*(c % 2) + c // 2``: in ``[0, 86]`` for ``c < 58`` (the
+    index of a channel shuffle's second half), where term by term it is in ``[-3220, 3306]``."""
+    b = {"tb_c0": lit(58)}
+    e = 58 * C0 - 115 * (C0 // 2)
+    assert lower(e, b) is lit(0) and upper(e, b) is lit(86)
+    assert in_range(e + 29, lit(116), b)
+    assert [e.evaluate({"tb_c0": c}) for c in range(58)] == \
+        [58 * (c % 2) + c // 2 for c in range(58)]
+    assert lower(58 * C0 - 117 * (C0 // 2), b) is not lit(0)   # |k2| > 58*2: as it was
+
+
 def test_symbolic_remainder_and_quotient_bounds():
     b = {"tb_c0": N * W}
     assert upper(C0 % W, b) is W - 1 and lower(C0 % W, b) is lit(0)

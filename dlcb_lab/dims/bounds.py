@@ -16,7 +16,8 @@ non-negative: a product ``>= 1`` of non-negative integers has no factor 0). kgen
 bounded by the element count ``N*C*H*W``, so each dim of the output is a witness; a kernel whose
 index arithmetic has a zero extent has no elements and is not launched (README). ``positive(d)``
 holds for a literal ``>= 1``, for ``d >= w`` with ``w`` a witness or 1 (``nonneg(d - w)``), for a
-product of positive factors, a non-negative sum with a positive term, and ``n // k`` with
+product of positive factors, a sum whose coefficients share a factor ``g > 1`` where the sum over
+``g`` is positive (``256*W - 256``), a non-negative sum with a positive term, and ``n // k`` with
 ``n >= k >= 1``.
 
 ``simplify`` rewrites bottom-up with ``BOUNDS_RULES`` (the range facts and the quotient/remainder
@@ -106,7 +107,11 @@ def _prove_positive(d: Expr, wit: _Witnesses) -> bool:
         return True
     if isinstance(d, Prod):
         return all(_positive(f, wit) for f in d.factors)
-    if isinstance(d, Sum):    # non-negative terms, one of them positive
+    if isinstance(d, Sum):
+        g = gcd_of(d)
+        if g > 1:   # k*(a - b) >= 1 iff a - b >= 1: 256*W - 256 with the extent W - 1 a witness
+            return _positive(sum((m * (c // g) for m, c in d.terms), lit(d.const // g)), wit)
+        # non-negative terms, one of them positive
         return d.const >= 0 and all(c > 0 and nonneg(m) for m, c in d.terms) and \
             any(_positive(m, wit) for m, _ in d.terms)
     if isinstance(d, FloorDiv):   # n // k >= 1 iff n >= k, for k >= 1
@@ -141,6 +146,7 @@ def _extreme(e: Expr, b: Bounds, hi: bool) -> Expr | None:
         parts = [_extreme(f, b, True) for f in e.factors] if hi else los
         return None if any(p is None for p in parts) else prod(parts)
     if isinstance(e, Sum):
+        e = _regroup(e)
         out: Expr = lit(e.const)
         for m, c in e.terms:
             x = _extreme(m, b, hi if c > 0 else not hi)
@@ -155,6 +161,20 @@ def _extreme(e: Expr, b: Bounds, hi: bool) -> Expr | None:
     if isinstance(e, Mod) and positive(e.den, b):
         return e.den - 1 if hi else lit(0)
     return None
+
+
+def _regroup(e: Sum) -> Expr:
+    """``e`` with a pair ``k1*x + k2*(x // m)`` (``m`` a literal, ``k1`` and ``k2`` of opposite
+    signs, ``|k2| <= |k1|*m``) spelled ``k1*(x % m) + (k1*m + k2)*(x // m)``: the same value, in
+    terms of one sign, so their extremes bound it tightly (``58*c - 115*(c // 2)`` is
+    ``58*(c % 2) + c // 2``, in ``[0, 28 + 58]`` for ``c < 58``: a channel shuffle's index)."""
+    terms = dict(e.terms)
+    for q, k2 in e.terms:
+        if isinstance(q, FloorDiv) and isinstance(q.den, Lit):
+            k1 = terms.get(q.num)
+            if k1 and k1 * k2 < 0 and abs(k2) <= abs(k1) * q.den.value:
+                return e - (q.num - q.num % q.den) * k1 + q * (k1 * q.den.value)
+    return e
 
 
 def upper(e: Expr, b: Bounds) -> Expr | None:
