@@ -652,3 +652,37 @@ def test_autocast_off_region_lowers_in_place():
         torch.testing.assert_close(cm(x), m(x))
     with pytest.raises(dl.UnsupportedOp, match="autocast region on cpu"):
         dl.compile(On(), (torch.randn(4, 4),), backend="cpu")
+
+
+class _Shuffle(torch.nn.Module):
+    """A channel shuffle after two stride-2 layers: the view's sizes are export's arithmetic on
+    the input's size (``(H - 1) // 4 + 1``), the tensor's the layers' rules (``((H + 1) // 2 + 1)
+    // 2``): one value, two spellings."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x):
+        y = self.pool(self.conv(x))
+        n, c, h, w = y.shape
+        return y.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w).relu()
+
+
+def test_a_size_from_export_arithmetic_takes_the_graphs_spelling():
+    """Spelt as the graph spells the axis (``bridge.aten.Spellings``), the view leaves no residual
+    check and its kernel no floor division by a runtime size (before: one residual, ten)."""
+    import re
+
+    torch.manual_seed(0)
+    m = _Shuffle().eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 32, 32),), dynamic="auto", backend="cpu")
+    assert not cm.pipeline.residuals
+    src = "\n".join(k.cuda_source for k in cm.pipeline.kernels)
+    assert not re.findall(r"dlcb_f(?:div|mod)<I>\([^,]+, [a-z]", src)
+    with torch.no_grad():
+        for shape in ((1, 3, 17, 9), (3, 3, 40, 31), (2, 3, 32, 32)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(cm(x), m(x))
+    assert cm.stats()["compiles"] == 1

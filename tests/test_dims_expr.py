@@ -409,3 +409,24 @@ def test_shape_node():
     assert s.numel() is 8 * A * B
     assert s.evaluate({"tx_a": 2, "tx_b": 3}) == (2, 4, 6)
     assert shape([]).numel() is lit(1)
+
+
+# --- flat_quotients: one key for nested and merged quotients ---------------------------------------
+
+def test_flat_quotients_meets_the_nested_and_the_merged_spelling():
+    nested = ((((A + 1) // 2) + 1) // 2 + 1) // 2    # three stride-2 layers' output sizes
+    assert expr_mod.flat_quotients(nested) is (A + 7) // 8
+    assert expr_mod.flat_quotients((A - 1) // 8 + 1) is (A + 7) // 8   # export's spelling
+    assert expr_mod.flat_quotients(A // P + 1) is A // P + 1             # symbolic: kept
+    assert expr_mod.flat_quotients(2 * (A // 2) + B) is 2 * (A // 2) + B   # coefficient 2: kept
+
+
+@SETTINGS
+@given(trees, envs)
+def test_flat_quotients_keeps_the_value(t, env):
+    e = E(t)
+    try:
+        want = e.evaluate(env)
+    except (ZeroDivisionError, ValueError):
+        return
+    assert expr_mod.flat_quotients(e).evaluate(env) == want

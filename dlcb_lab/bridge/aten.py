@@ -24,7 +24,8 @@ import torch
 import torch.fx as fx
 from torch._higher_order_ops.wrap import wrap_with_autocast
 
-from ..dims import Expr, Lit, as_expr, lit
+from ..dims import Expr, Lit, Var, as_expr, lit
+from ..dims.expr import flat_quotients
 from ..errors import DLError, DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Graph, Value
 from ..ir.ops.eager import Operand
@@ -387,6 +388,7 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
             consts[n] = (n.name, val)
         else:
             env[n] = val
+    spell = Spellings(g)
     late = [p for p in cap.pins if p[2] > 1]   # pinned after the graph's own constraints
     _pin(g, cap, [p for p in cap.pins if p[2] <= 1])   # before: ops read a 0 or 1 as torch did
     for n in cap.graph.nodes:
@@ -398,7 +400,7 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
             continue
         try:
             try:
-                _lower_node(g, n, env, consts)
+                _lower_node(g, n, env, consts, spell)
             except UnsupportedOp as err:
                 if not fallback or n.op != "call_function" or _mutates(n) or \
                         isinstance(err, NoFallback):
@@ -608,7 +610,31 @@ def _guards(g: Graph, cap: Captured, symbols: dict) -> None:
                       f"{'; '.join(unchecked)}", stacklevel=2)
 
 
-def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
+class Spellings:
+    """One spelling per size value. Export's size arithmetic writes ``(H - 1) // 8 + 1`` where
+    the layers' own size rules nest ``((((H + 1) // 2) + 1) // 2 + 1) // 2``: equal values, which
+    no solver rule identifies, so a view by the first of a tensor shaped by the second left a
+    residual check and kernels indexing both, whose quotients never cancel (ShuffleNet's channel
+    shuffle: 90 floor divisions by runtime sizes). A size the arithmetic computes takes the
+    spelling of an axis in the graph of equal ``flat_quotients`` key, the first one seen."""
+
+    def __init__(self, g: Graph):
+        self.g, self.by_key, self.inputs, self.nodes = g, {}, 0, 0
+
+    def __call__(self, e: Any) -> Any:
+        if not isinstance(e, Expr) or isinstance(e, (Lit, Var)):
+            return e
+        g = self.g
+        new = g.inputs[self.inputs:] + [n.out for n in g.nodes[self.nodes:]]
+        self.inputs, self.nodes = len(g.inputs), len(g.nodes)
+        for v in new:
+            for d in g.dims(v):
+                if not isinstance(d, (Lit, Var)):
+                    self.by_key.setdefault(flat_quotients(d), d)
+        return self.by_key.get(flat_quotients(e), e)
+
+
+def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict, spell: Spellings) -> None:
     def value(a: fx.Node):
         if a not in env and a in consts:   # a parameter, buffer or constant: on first use
             name, t = consts[a]
@@ -634,9 +660,9 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict) -> None:
         raise UnsupportedOp(f"{n.op} node {n.target!r}")
     t, name = n.target, _packet(n)
     if t is wrap_with_autocast:
-        env[n] = _autocast_region(g, n, args, consts)
+        env[n] = _autocast_region(g, n, args, consts, spell)
         return
-    size = _on_sizes(g, n, t, name, args, kwargs)
+    size = _on_sizes(g, n, t, name, args, kwargs, spell)
     if size is not _TENSORS:
         env[n] = size
         return
@@ -660,7 +686,8 @@ _SIZE_PACKETS = {*_NO_OPS, *_SIZE_FNS, "_assert_scalar", "sym_storage_offset"}
 comparisons and the logic on tensors go to the lowerings)."""
 
 
-def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict) -> Any:
+def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict,
+              spell: Spellings) -> Any:
     """The value of ``n`` where it computes on sizes, not tensors (size arithmetic, comparisons
     and logic, ratios and their rounding, ``sym_size``/``sym_numel``, export's assertions and
     metadata checks: None), else ``_TENSORS``."""
@@ -689,7 +716,7 @@ def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict) -> 
     if t in _SIZE_EXTREMA and any(isinstance(a, Expr) for a in args):
         return _size_extremum(g, n, args)
     if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
-        return t(*args)   # size arithmetic on dimension expressions
+        return spell(t(*args))   # size arithmetic on dimension expressions, spelt as the graph
     if name == "sym_storage_offset":   # read by export's deferred asserts (offset >= 0) only
         return STORAGE_OFFSET
     if STORAGE_OFFSET in args:
@@ -718,7 +745,7 @@ def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict) -> 
     return _TENSORS
 
 
-def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict) -> Any:
+def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict, spell: Spellings) -> Any:
     """``wrap_with_autocast`` (export's region for ``with torch.autocast(...)``) with autocast
     off (EfficientViT computes its linear attention so): the region's own graph, lowered in
     place on the operands; autocast on (ops cast to a lower precision) is refused by name."""
@@ -731,7 +758,7 @@ def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict) -> Any:
         if m.op == "output":
             return fx.node.map_arg(m.args[0], env.__getitem__)
         if m.op != "placeholder":
-            _lower_node(g, m, env, consts)
+            _lower_node(g, m, env, consts, spell)
     raise UnsupportedOp(f"'{n.name}': an autocast region without an output")
 
 

@@ -708,6 +708,30 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
     raise TypeError(type(e))  # pragma: no cover
 
 
+def flat_quotients(e: Expr, memo: dict | None = None) -> Expr:
+    """``e`` with every ``(x // m + q) // n`` of literal ``m``, ``n`` merged into
+    ``(x + m*q) // (m*n)`` (exact: ``x // m + q`` is ``(x + m*q) // m``), bottom-up: a key under
+    which two spellings of one value meet, the size rules' nested ``((H + 1) // 2 + 1) // 2`` and
+    export's ``(H + 3) // 4``. Not a canonical form: a nested size is how the graph spells a
+    layer's output in terms of its input's, which a binder given that input's size evaluates."""
+    if isinstance(e, (Lit, Var)):
+        return e
+    memo = {} if memo is None else memo
+    done = memo.get(e)
+    if done is None:
+        out = rebuild(e, lambda x: flat_quotients(x, memo))
+        if isinstance(out, FloorDiv) and isinstance(out.den, Lit):
+            const, terms = _as_poly(out.num)
+            inner = next((m for m, c in terms.items() if c == 1 and isinstance(m, FloorDiv)
+                          and isinstance(m.den, Lit)), None)
+            if inner is not None:
+                merged = (inner.num + (out.num - inner) * inner.den.value) // \
+                    (inner.den.value * out.den.value)
+                out = flat_quotients(merged, memo)
+        done = memo[e] = out
+    return done
+
+
 def _subs(e: Expr, mapping: Mapping[Expr, Expr], memo: dict) -> Expr:
     hit = mapping.get(e)
     if hit is not None:
