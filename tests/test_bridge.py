@@ -686,3 +686,26 @@ def test_a_size_from_export_arithmetic_takes_the_graphs_spelling():
             x = torch.randn(*shape)
             torch.testing.assert_close(cm(x), m(x))
     assert cm.stats()["compiles"] == 1
+
+
+class _PadToWindows(torch.nn.Module):
+    """Swin's window partition: pad H and W up to a multiple of 7, view into 7 x 7 windows."""
+
+    def forward(self, x):
+        n, h, w, c = x.shape
+        x = F.pad(x, (0, 0, 0, (7 - w % 7) % 7, 0, (7 - h % 7) % 7))
+        hp, wp = x.shape[1], x.shape[2]
+        x = x.view(n, hp // 7, 7, wp // 7, 7, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 49, c)
+        return F.pad(x.softmax(-1), (0, c % 2)).sum(-1)
+
+
+def test_a_pad_to_a_multiple_divides_into_windows_exactly():
+    """The padded extent is spelt ``7*((H + 6) // 7)`` (``dims.expr.rounded_up``), so the window
+    view's numel equals the tensor's without a residual host check (before: one)."""
+    m = _PadToWindows()
+    cm = dl.compile(m, (torch.randn(2, 9, 12, 5),), dynamic="auto", backend="cpu")
+    assert not cm.pipeline.residuals
+    for shape in ((1, 7, 7, 3), (2, 15, 8, 4), (3, 1, 20, 5)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cm.stats()["compiles"] == 1

@@ -430,3 +430,17 @@ def test_flat_quotients_keeps_the_value(t, env):
     except (ZeroDivisionError, ValueError):
         return
     assert expr_mod.flat_quotients(e).evaluate(env) == want
+
+
+def test_rounded_up_spells_a_pad_to_a_multiple_as_one():
+    pad7, w = (7 - A % 7) % 7, A // 4
+    assert expr_mod.rounded_up(A + pad7) is 7 * ((A + 6) // 7)
+    assert expr_mod.rounded_up(A + (-A) % 7) is 7 * ((A + 6) // 7)     # export's (-h) % 7
+    assert expr_mod.rounded_up((A + pad7) // 7) is (A + 6) // 7        # a window count
+    assert expr_mod.rounded_up(w + w % 2) is 2 * ((w + 1) // 2)        # patch merging's H % 2
+    assert expr_mod.rounded_up(B + pad7) is B + pad7                   # another size's pad
+    assert expr_mod.rounded_up(A + 3 + pad7) is 7 * ((A + 6) // 7) + 3
+    for a in range(40):
+        for e in (A + pad7, w + w % 2, (A + pad7) // 7 + B * (A % 3)):
+            env = {"tx_a": a, "tx_b": 3}
+            assert expr_mod.rounded_up(e).evaluate(env) == e.evaluate(env)

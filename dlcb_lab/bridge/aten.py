@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch._higher_order_ops.wrap import wrap_with_autocast
 
 from ..dims import Expr, Lit, Var, as_expr, lit
-from ..dims.expr import flat_quotients
+from ..dims.expr import flat_quotients, rounded_up
 from ..errors import DLError, DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Graph, Value
 from ..ir.ops.eager import Operand
@@ -616,7 +616,8 @@ class Spellings:
     no solver rule identifies, so a view by the first of a tensor shaped by the second left a
     residual check and kernels indexing both, whose quotients never cancel (ShuffleNet's channel
     shuffle: 90 floor divisions by runtime sizes). A size the arithmetic computes takes the
-    spelling of an axis in the graph of equal ``flat_quotients`` key, the first one seen."""
+    spelling of an axis in the graph of equal ``flat_quotients`` key, the first one seen; a size
+    padded to a multiple is spelt as the pad op spells it (``rounded_up``: Swin's windows)."""
 
     def __init__(self, g: Graph):
         self.g, self.by_key, self.inputs, self.nodes = g, {}, 0, 0
@@ -631,6 +632,7 @@ class Spellings:
             for d in g.dims(v):
                 if not isinstance(d, (Lit, Var)):
                     self.by_key.setdefault(flat_quotients(d), d)
+        e = rounded_up(e)
         return self.by_key.get(flat_quotients(e), e)
 
 

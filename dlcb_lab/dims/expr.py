@@ -732,6 +732,51 @@ def flat_quotients(e: Expr, memo: dict | None = None) -> Expr:
     return done
 
 
+def _padded(term: Expr) -> tuple[list[Expr], int] | None:
+    """``(xs, m)`` where ``term`` pads each ``x`` of ``xs`` up to a multiple of the literal ``m``:
+    ``(-z) % m`` pads ``z`` (and ``y``, where ``z`` is ``y % m``); ``x % 2`` pads ``x`` (the same
+    for ``m = 2``: torchvision's patch merging pads by ``H % 2``)."""
+    if not isinstance(term, Mod) or not isinstance(term.den, Lit):
+        return None
+    m, n = term.den.value, term.num
+    hit = _monomial(n)
+    if hit is not None and hit[0] == -1:
+        z = hit[1]
+        return ([z, z.num] if isinstance(z, Mod) and z.den is term.den else [z]), m
+    if m == 2 and hit is not None and hit[0] == 1:
+        return [n], 2
+    return None
+
+
+def rounded_up(e: Expr, memo: dict | None = None) -> Expr:
+    """``e`` with each ``x + (-x) % m`` (``x`` padded to a multiple of a literal ``m``, a window
+    size; also spelt ``x + (-(x % m)) % m``) spelt ``m*((x + m - 1) // m)``, bottom-up: the same
+    value, in a form a reshape into windows divides exactly (``7*q // 7`` is ``q``), where the sum
+    leaves the solver a residual it cannot prove and the kernels a quotient that never cancels."""
+    if isinstance(e, (Lit, Var)):
+        return e
+    memo = {} if memo is None else memo
+    done = memo.get(e)
+    if done is None:
+        out = rebuild(e, lambda x: rounded_up(x, memo))
+        terms = dict(out.terms) if isinstance(out, Sum) else {}
+        for term, c in terms.items():
+            hit = _padded(term) if c == 1 else None
+            xs = [x for x in hit[0] if _part_of(x, terms)] if hit else []
+            if xs:
+                x, m = xs[0], hit[1]
+                out = out - term - x + ((x + (m - 1)) // m) * m
+                break
+        done = memo[e] = out
+    return done
+
+
+def _part_of(x: Expr, terms: dict) -> bool:
+    """Every term of ``x`` is a term of the sum (``terms``: monomial -> coefficient)."""
+    const, own = _as_poly(x)
+    return bool(own) and all(terms.get(t) == k for t, k in own.items())
+
+
 def _subs(e: Expr, mapping: Mapping[Expr, Expr], memo: dict) -> Expr:
     hit = mapping.get(e)
     if hit is not None:

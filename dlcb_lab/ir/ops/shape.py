@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ...dims import Expr, Lit, Shape, as_expr, lit, prod, shape
+from ...dims.expr import rounded_up
 from ...errors import ShapeError
 from .core import Coords, Guard, Guarded, OpDef, OpKind, delinearize, in_bounds, linear_index, \
     register
@@ -214,7 +215,7 @@ def _infer_pad(g: "Graph", node: "Node") -> Shape:
     for a, (b, e) in enumerate(zip(before, after)):
         for w, side in ((b, "before"), (e, "after")):
             g.require(w, node, f"pad width {side} axis {a} is {w!r} (negative pads unsupported)")
-        dims[a] = dims[a] + b + e
+        dims[a] = rounded_up(dims[a] + b + e)   # to a multiple: m*((x + m - 1) // m)
     return shape(dims)
 
 
