@@ -262,8 +262,8 @@ def targets(df: "pd.DataFrame") -> "pd.DataFrame":
     ms = df[(df.metric == "ms") & df.value.notna()].set_index(CELL).value
     ratio = (ms.xs("dlcb-dynamic", level="system") / ms.xs("dlcb-static", level="system")
              ).dropna() if {"dlcb-dynamic", "dlcb-static"} <= set(df.system) else pd.Series(dtype=float)
-    keys = ["model", "batch", "seq", "res"]
-    pm, ps = (df[(df.metric == k) & df.value.notna()].set_index(keys).value
+    shape = ["model", "batch", "seq", "res"]
+    pm, ps = (df[(df.metric == k) & df.value.notna()].set_index(shape).value
               for k in ("paired_ms", "paired_static_ms"))
     ratio = (pm / ps).dropna().combine_first(ratio)   # timed in turn in one process: these win
     at32 = df[df.metric.isin(["peak_mb", "resident_mb"]) & (df.batch == 32)
@@ -281,7 +281,6 @@ def targets(df: "pd.DataFrame") -> "pd.DataFrame":
     later = df[df.metric == "recompile_s"].set_index(CELL).index   # cells at a shape not compiled
     first = df[(df.system == dyn) & (df.metric == "first_call_ms")]
     first = first[first.set_index(CELL).index.isin(later)]
-    shape = ["model", "batch", "seq", "res"]
     cold = df[(df.system == "eager") & (df.metric == "first_call_cold_ms")]
     vs_eager = (first.set_index(shape).value / cold.set_index(shape).value).dropna()
     rc = df[(df.metric == "recompiles") & (df.system == dyn) & df.value.notna()]
