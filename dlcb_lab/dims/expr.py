@@ -708,28 +708,35 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
     raise TypeError(type(e))  # pragma: no cover
 
 
-def flat_quotients(e: Expr, memo: dict | None = None) -> Expr:
+def _bottom_up(e: Expr, local: Callable[[Expr], Expr], memo: dict) -> Expr:
+    """``local`` applied to each node of ``e`` after its children, once per node."""
+    if isinstance(e, (Lit, Var)):
+        return e
+    done = memo.get(e)
+    if done is None:
+        done = memo[e] = local(rebuild(e, lambda x: _bottom_up(x, local, memo)))
+    return done
+
+
+def flat_quotients(e: Expr) -> Expr:
     """``e`` with every ``(x // m + q) // n`` of literal ``m``, ``n`` merged into
     ``(x + m*q) // (m*n)`` (exact: ``x // m + q`` is ``(x + m*q) // m``), bottom-up: a key under
     which two spellings of one value meet, the size rules' nested ``((H + 1) // 2 + 1) // 2`` and
     export's ``(H + 3) // 4``. Not a canonical form: a nested size is how the graph spells a
     layer's output in terms of its input's, which a binder given that input's size evaluates."""
-    if isinstance(e, (Lit, Var)):
-        return e
-    memo = {} if memo is None else memo
-    done = memo.get(e)
-    if done is None:
-        out = rebuild(e, lambda x: flat_quotients(x, memo))
-        if isinstance(out, FloorDiv) and isinstance(out.den, Lit):
-            const, terms = _as_poly(out.num)
-            inner = next((m for m, c in terms.items() if c == 1 and isinstance(m, FloorDiv)
-                          and isinstance(m.den, Lit)), None)
-            if inner is not None:
-                merged = (inner.num + (out.num - inner) * inner.den.value) // \
-                    (inner.den.value * out.den.value)
-                out = flat_quotients(merged, memo)
-        done = memo[e] = out
-    return done
+    memo: dict = {}
+
+    def merge(out: Expr) -> Expr:
+        if not (isinstance(out, FloorDiv) and isinstance(out.den, Lit)):
+            return out
+        inner = next((m for m, c in _as_poly(out.num)[1].items() if c == 1 and
+                      isinstance(m, FloorDiv) and isinstance(m.den, Lit)), None)
+        if inner is None:
+            return out
+        m = inner.den.value
+        return _bottom_up((inner.num + (out.num - inner) * m) // (m * out.den.value), merge, memo)
+
+    return _bottom_up(e, merge, memo)
 
 
 def _padded(term: Expr) -> tuple[list[Expr], int] | None:
@@ -738,42 +745,37 @@ def _padded(term: Expr) -> tuple[list[Expr], int] | None:
     for ``m = 2``: torchvision's patch merging pads by ``H % 2``)."""
     if not isinstance(term, Mod) or not isinstance(term.den, Lit):
         return None
-    m, n = term.den.value, term.num
-    hit = _monomial(n)
-    if hit is not None and hit[0] == -1:
+    m, hit = term.den.value, _monomial(term.num)
+    if hit is None:
+        return None
+    if hit[0] == -1:
         z = hit[1]
         return ([z, z.num] if isinstance(z, Mod) and z.den is term.den else [z]), m
-    if m == 2 and hit is not None and hit[0] == 1:
-        return [n], 2
-    return None
+    return ([term.num], 2) if m == 2 and hit[0] == 1 else None
 
 
-def rounded_up(e: Expr, memo: dict | None = None) -> Expr:
+def rounded_up(e: Expr) -> Expr:
     """``e`` with each ``x + (-x) % m`` (``x`` padded to a multiple of a literal ``m``, a window
     size; also spelt ``x + (-(x % m)) % m``) spelt ``m*((x + m - 1) // m)``, bottom-up: the same
     value, in a form a reshape into windows divides exactly (``7*q // 7`` is ``q``), where the sum
     leaves the solver a residual it cannot prove and the kernels a quotient that never cancels."""
-    if isinstance(e, (Lit, Var)):
-        return e
-    memo = {} if memo is None else memo
-    done = memo.get(e)
-    if done is None:
-        out = rebuild(e, lambda x: rounded_up(x, memo))
+
+    def round_up(out: Expr) -> Expr:
         terms = dict(out.terms) if isinstance(out, Sum) else {}
         for term, c in terms.items():
             hit = _padded(term) if c == 1 else None
-            xs = [x for x in hit[0] if _part_of(x, terms)] if hit else []
-            if xs:
-                x, m = xs[0], hit[1]
-                out = out - term - x + ((x + (m - 1)) // m) * m
-                break
-        done = memo[e] = out
-    return done
+            for x in hit[0] if hit else ():
+                if _part_of(x, terms):
+                    m = hit[1]
+                    return out - term - x + ((x + (m - 1)) // m) * m
+        return out
+
+    return _bottom_up(e, round_up, {})
 
 
 def _part_of(x: Expr, terms: dict) -> bool:
     """Every term of ``x`` is a term of the sum (``terms``: monomial -> coefficient)."""
-    const, own = _as_poly(x)
+    own = _as_poly(x)[1]
     return bool(own) and all(terms.get(t) == k for t, k in own.items())
 
 
