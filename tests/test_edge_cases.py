@@ -480,3 +480,23 @@ def test_16bit_op_with_a_scalar_as_eager(mod, dtype):
     for x in scalar_16bit_inputs(dtype):
         cm = dl.compile(mod(), (x,), dynamic={0: {0: "N"}}, backend="cpu")
         assert torch.equal(cm(x), mod()(x)), mod.__name__
+
+
+def test_a_minus_one_beside_a_zero_size_is_refused_as_torch_refuses_it():
+    """``x.view(N, -1, 7)`` at ``N = 0``: the -1 could be any size, so torch raises; the compiled
+    program's host check names the -1 (it computed a size there before: the solver had cancelled
+    ``N``), and every other shape runs."""
+    class View(torch.nn.Module):
+        def forward(self, x):
+            return x.view(x.shape[0], -1, 7).sum(-1)
+
+    m = View()
+    cm = dl.compile(m, (torch.randn(3, 14),), dynamic={0: {0: "N", 1: "W"}}, backend="cpu")
+    x = torch.randn(0, 7)
+    with pytest.raises(RuntimeError, match="can be any value"):
+        m(x)
+    with pytest.raises(dl.ShapeMismatch, match="beside the -1"):
+        cm(x)
+    for shape in ((1, 7), (2, 21), (2, 0)):   # W = 0 with N = 2: the -1 is 0, as in torch
+        x = torch.randn(*shape)
+        torch.testing.assert_close(cm(x), m(x))

@@ -70,17 +70,13 @@ def describe(exprs, origins: dict[Var, str]) -> str:
 
 
 def graph_guards(g: Graph) -> tuple[Guard, ...]:
-    """The guards of ``g``, in the host program's order. A literal requirement below 0 raises
+    """The guards of ``g``, in the host program's order: requirements first (a residual may
+    divide by a size a requirement bounds: a -1 beside ``N`` is ``(N*W) // (7*N)``), then the
+    residual constraints, then non-empty ``amax``. A literal requirement below 0 raises
     ``ShapeError`` (no shape is admitted); literal guards that hold are dropped."""
     origins = dim_origins(g)
     r = g.solver.resolve
     out = []
-    for c in g.solver.residuals:
-        lhs, rhs = r(c.lhs), r(c.rhs)
-        out.append(Guard("check", lhs, rhs,
-                         f"residual constraint #{c.id} violated: {lhs!r} == {rhs!r} (got {{got}} "
-                         f"!= {{want}}) from {escape(str(c.provenance))}",
-                         describe((lhs, rhs), origins)))
     seen: set = set()
     for e, prov in g.requirements:
         e = r(e)
@@ -93,6 +89,12 @@ def graph_guards(g: Graph) -> tuple[Guard, ...]:
         seen.add(e)
         out.append(Guard("nonneg", e, None, f"{escape(str(prov))}: needs {e!r} >= 0, got {{got}}",
                          describe((e,), origins)))
+    for c in g.solver.residuals:
+        lhs, rhs = r(c.lhs), r(c.rhs)
+        out.append(Guard("check", lhs, rhs,
+                         f"residual constraint #{c.id} violated: {lhs!r} == {rhs!r} (got {{got}} "
+                         f"!= {{want}}) from {escape(str(c.provenance))}",
+                         describe((lhs, rhs), origins)))
     for n in g.nodes:
         if n.op.name == "amax":
             ext = reduced_extents(g, n)

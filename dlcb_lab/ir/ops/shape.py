@@ -37,6 +37,10 @@ def _infer_reshape(g: "Graph", node: "Node") -> Shape:
     hole = g.fresh_var("r") if holes else None
     if hole is not None:
         target[holes[0]] = hole
+        rest = prod(d for i, d in enumerate(target) if i != holes[0])
+        g.require(rest - 1, node, f"the sizes beside the -1 of {list(node.attrs['shape'])} "
+                  f"multiply to {rest!r} >= 1 (where they multiply to 0, torch refuses the -1: it "
+                  f"could be any size)")
     out = shape(target)
     g.constrain(prod(g.dims(x)), out.numel(), node,
                 f"numel of input {list(g.dims(x))} == numel of output "
