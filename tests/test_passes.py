@@ -58,6 +58,73 @@ def test_batch_norm_folds_into_conv(bias):
         _close(cm, m, torch.randn(n, 3, h, w))
 
 
+class PointwiseConvBN(nn.Module):
+    """A 1x1 convolution, batch norm and relu (ResNet's bottleneck ends, MobileNet's expansions)."""
+
+    def __init__(self, k: int = 1):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 6, k, padding=k // 2, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("k, nhwc, folds", [(1, "1", False), (3, "1", True), (3, "0", False)],
+                         ids=["1x1", "3x3", "3x3-nchw"])
+def test_batch_norm_scale_folds_only_into_a_weight_copied_anyway(monkeypatch, k, nhwc, folds):
+    """A 1x1 kernel's NHWC and NCHW orders coincide (and NCHW convolutions read the weight as
+    given): the convolution reads the module's own weight storage, and the scale is a multiply in
+    the epilogue, not a second copy of the weight."""
+    monkeypatch.setenv("DLCB_CHANNELS_LAST", nhwc)
+    m = PointwiseConvBN(k).eval()
+    cm = dl.compile(m, (torch.randn(2, 8, 5, 6),), dynamic=CNN, backend="cpu")
+    rewrite = cm.pipeline.passes[[r.name for r in cm.pipeline.passes].index("rewrite")]
+    assert any(c.startswith("conv_scale") for c in rewrite.changes) == folds, rewrite
+    own = m.conv.weight.untyped_storage().data_ptr()
+    shares = any(c.untyped_storage().data_ptr() == own for c in cm._constants)
+    assert shares == (not folds)
+    if not folds:   # the scale and shift: one epilogue kernel after the library call
+        assert [type(st).__name__ for st in cm._thunk.plan.steps] == ["LibraryCall",
+                                                                     "KernelLaunch"]
+    for n, h, w in ((1, 5, 6), (3, 7, 4), (2, 1, 9)):
+        _close(cm, m, torch.randn(n, 8, h, w))
+
+
+class Returned(nn.Module):
+    """A convolution's and a linear's results returned and also read by a batch norm and a
+    bias add, which the rewrites would fold into them."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+        self.lin, self.b = nn.Linear(5, 5), nn.Parameter(torch.randn(5))
+        with torch.no_grad():
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x, t):
+        c, a = self.conv(x), self.lin(t)
+        return self.bn(c).relu(), c, a + self.b, a
+
+
+def test_a_returned_value_keeps_its_value_through_the_rewrites():
+    """``conv_scale``, ``shift_shift`` and ``linear_bias`` rewrite a value's only reader; a
+    returned value has another (the caller): the scale stayed in the weight of the returned
+    convolution, and the returned ``linear + bias`` lost its node (a KeyError in the plan)."""
+    m = Returned().eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 8, 8), torch.randn(3, 5)),
+                    dynamic={0: {0: "N"}, 1: {0: "M"}}, backend="cpu")
+    for n in (1, 3):
+        x, t = torch.randn(n, 3, 8, 8), torch.randn(n + 1, 5)
+        with torch.no_grad():
+            for got, want in zip(cm(x, t), m(x, t)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
 class SeqFirstLinear(nn.Module):
     """ViT's attention in-projection: batch-first tokens transposed to sequence-first, then a
     linear (torch runs one small GEMM per sequence position on the permuted operand)."""

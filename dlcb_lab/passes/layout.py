@@ -67,6 +67,14 @@ NHWC, NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 CHANNELS_LAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Convolutions in these dtypes run channels-last (cuDNN has no NHWC float64 kernels)."""
 
+
+def nhwc_weight_is_a_copy(w: torch.Tensor) -> bool:
+    """Whether ``channels_last`` will hold the convolution weight ``w`` [K, C, R, S] as a new
+    tensor: a kernel wider than 1x1 in NHWC ([K, R, S, C] is another order of its elements). A
+    1x1 kernel's two orders coincide, so its NHWC convolution reads the module's own storage."""
+    return os.environ.get("DLCB_CHANNELS_LAST", "1") != "0" and \
+        w.dtype in CHANNELS_LAST_DTYPES and w.dim() == 4 and w.shape[2] * w.shape[3] > 1
+
 POOLS = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")
 """Window reductions that run NHWC beside the convolutions (their kernels then read and write
 [N, H, W, C] buffers, coalesced along C)."""
@@ -91,7 +99,7 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     already folded (``rewrite``). Leaves: float ``conv2d`` nodes with ``layout="NHWC"``
     (float32 depthwise ones as generated window sums, ``_window_sum``, unless
     ``DLCB_DEPTHWISE=library``); ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
-    if os.environ.get("DLCB_CHANNELS_LAST", "1") == "0":
+    if os.environ.get("DLCB_CHANNELS_LAST", "1") == "0":   # as in nhwc_weight_is_a_copy
         log.append("off (DLCB_CHANNELS_LAST=0)")
         return g
     convs = [n for n in g.nodes if n.op.name == "conv2d" and n.out.dtype in CHANNELS_LAST_DTYPES

@@ -4,8 +4,9 @@ or returns None. ``rewrite`` applies the list to a fixed point.
 
 Folding batch norm into a convolution needs no rule of its own: batch norm lowers to
 ``x * scale + shift`` per channel (``scale``/``shift`` folded to constants), ``conv_scale`` moves
-``scale`` into the weight, and ``shift`` stays an elementwise add, fused as the epilogue of the
-kernel that reads the convolution. A convolution with a bias (``conv + b``) first has the scale
+``scale`` into the weight where the weight is copied anyway (a kxk kernel in NHWC), and ``shift``
+(with ``scale`` elsewhere) stays elementwise, fused as the epilogue of the kernel that reads the
+convolution. A convolution with a bias (``conv + b``) first has the scale
 distributed over the bias (``shift_scale``), and the two shifts then merge (``shift_shift``)."""
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from .core import constant_of, replace_value, uses
 Rule = Callable[[Graph, Node, dict], "str | None"]
 
 
+def _sole_reader(g: Graph, v: Value, use: dict) -> bool:
+    """Whether one node reads ``v`` and the graph does not return it: a rule may then change
+    what ``v`` holds, or drop it, rewriting only that reader."""
+    return len(use.get(v.id, ())) == 1 and not any(o is v for o in g.outputs)
+
+
 def _channel_vector(g: Graph, s: Value, rank: int) -> torch.Tensor | None:
     """The constant ``s`` as a per-channel vector [C] if it broadcasts along axis 1 of a rank-
     ``rank`` value only ([C, 1, 1] or [1, C, 1, 1]), else None."""
@@ -36,17 +43,22 @@ def _channel_vector(g: Graph, s: Value, rank: int) -> torch.Tensor | None:
 
 
 def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
-    """conv2d(x, W) * s  ->  conv2d(x, W * s[:, None, None, None])   (s per output channel)"""
+    """conv2d(x, W) * s  ->  conv2d(x, W * s[:, None, None, None])   (s per output channel),
+    where ``channels_last`` copies W anyway (``nhwc_weight_is_a_copy``: a kxk kernel in NHWC).
+    Elsewhere (1x1 kernels, NCHW) W * s would be a second copy of the module's weight, so
+    ``* s`` stays in the epilogue that adds the shift (one multiply per element, no memory)."""
+    from .layout import nhwc_weight_is_a_copy   # layout imports this module
     if n.op.name != "mul" or len(n.inputs) != 2:
         return None
     for y, s in (n.inputs, n.inputs[::-1]):
         if not isinstance(y, Value) or y.producer is None or y.producer.op.name != "conv2d" or \
-                len(use.get(y.id, ())) != 1 or is_scalar(s) or y.dtype != n.out.dtype:
+                not _sole_reader(g, y, use) or is_scalar(s) or y.dtype != n.out.dtype:
             continue
         vec = _channel_vector(g, s, y.rank)
         conv = y.producer
         w = constant_of(g, conv.inputs[1])
-        if vec is None or w is None or vec.numel() != w.shape[0]:
+        if vec is None or w is None or vec.numel() != w.shape[0] or \
+                not nhwc_weight_is_a_copy(w):
             continue
         w2 = g.constant(f"{conv.inputs[1].name}*{s.name}",
                         (w * vec.reshape(-1, 1, 1, 1)).to(w.dtype))
@@ -64,7 +76,7 @@ def _shifted(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value, Value,
     if n.op.name != op or len(n.inputs) != 2:
         return None
     for a, t in (n.inputs, n.inputs[::-1]):
-        if not isinstance(a, Value) or a.producer is None or len(use.get(a.id, ())) != 1 or \
+        if not isinstance(a, Value) or a.producer is None or not _sole_reader(g, a, use) or \
                 is_scalar(t) or constant_of(g, t) is None:
             continue
         inner = a.producer
@@ -279,7 +291,7 @@ def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
         t = constant_of(g, b) if isinstance(b, Value) else None
         if t is None or t.dim() != 1 or t.dtype != n.out.dtype or not isinstance(y, Value) or \
                 y.dtype != n.out.dtype or g.dims(n.out) != g.dims(y) or \
-                not g.dims(y)[-1].is_lit(t.shape[0]) or len(use.get(y.id, ())) != 1:
+                not g.dims(y)[-1].is_lit(t.shape[0]) or not _sole_reader(g, y, use):
             continue
         perm = y.producer   # a permute keeping the last axis commutes with the bias (ViT)
         if perm is not None and perm.op.name == "permute" and \
@@ -289,7 +301,7 @@ def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
             perm, lin_out = None, y
         lin = lin_out.producer
         if lin is None or lin.op.name != "linear" or len(lin.inputs) != 2 or \
-                len(use.get(lin_out.id, ())) != 1:
+                not _sole_reader(g, lin_out, use):
             continue
         lin.inputs = (*lin.inputs, b)
         replace_value(g, n.out, lin.out if perm is None else perm.out)
@@ -363,7 +375,7 @@ def _norm_affine(g: Graph, n: Node, use: dict) -> str | None:
                 len(ln.inputs) != (1 if weight else 2) or \
                 (not weight and ln.attrs.get("affine") != "full") or \
                 {y.dtype, p.dtype} != {n.out.dtype} or g.dims(n.out) != g.dims(y) or \
-                len(use.get(y.id, ())) != 1 or any(o is y for o in g.outputs):
+                not _sole_reader(g, y, use):
             continue
         n.op, n.inputs = ln.op, (*ln.inputs, p)
         n.attrs = {**ln.attrs, "affine": "full"}
