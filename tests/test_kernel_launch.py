@@ -252,6 +252,16 @@ def _refused(k, exc, pattern, *args):
         torch.testing.assert_close(out, before, equal_nan=True, rtol=0, atol=0)
 
 
+def test_direct_launch_over_its_input(worked):
+    """relu(x * y) reads x only at the output's index (``in_place_inputs``): ``out`` may be x's
+    very memory, as the launch plan writes it when x dies there."""
+    k = worked.pipeline.kernels[0]
+    x, y = WORKED.inputs(4)
+    want = torch.relu(x * y).reshape(4, 24)
+    k[1, 1](x.view(4, 24), x, y)
+    torch.testing.assert_close(x.view(4, 24), want)
+
+
 def test_refusals(worked):
     k = worked.pipeline.kernels[0]
     x, y = WORKED.inputs(4)
@@ -269,7 +279,11 @@ def test_refusals(worked):
              .transpose(1, 2), y)
     _refused(k, dl.ArgumentError, r"in0 \(%x\): expected a torch CPU tensor or a numpy array, got list",
              out, [1.0], y)
-    _refused(k, dl.LayoutError, r"out \(%reshape\) overlaps in0 \(%x\)", x.view(4, 24), x, y)
+    flat = torch.zeros(4 * 24 + 1)   # out one element past x: a partial overlap
+    _refused(k, dl.LayoutError, r"out \(%reshape\) overlaps in0 \(%x\)", flat[1:].view(4, 24),
+             flat[:-1].view(4, 4, 6), y)
+    _refused(k, dl.LayoutError, r"out \(%reshape\) overlaps in1 \(%y\)", flat[:96].view(4, 24),
+             x, flat[:4].view(1, 4, 1))   # y broadcasts: never the output's memory
     ro = np.zeros((4, 24), np.float32)
     ro.flags.writeable = False
     with pytest.raises(dl.LayoutError, match=r"out \(%reshape\): read-only"):

@@ -18,7 +18,7 @@ import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
 from dlcb_lab.kgen.abi import ORDER, EntryABI, Param, abi, magic, magic_div, pack
 from dlcb_lab.kgen.emit import (NARROW, VECTOR, WARP, all_variants, cuda_kernel, cuda_module,
-                                entry_points, vector_loads, vector_width, warp_rows,
+                                entry_points, in_place_inputs, vector_loads, vector_width, warp_rows,
                                 numba_kernel, numba_signature, signature)
 from dlcb_lab.dims import Lit
 from dlcb_lab.kgen.infer import infer_kernels
@@ -50,12 +50,65 @@ def _cuda_params(src: str, entry: str) -> list[str]:
     return [p.strip() for p in m.group(1).split(",")]
 
 
+def test_in_place_inputs_are_those_read_only_at_the_output_index():
+    """x [N, 3, 5] is read at the output's index; y [3, 1] and z [5] broadcast; a reduction
+    reads many elements per output; softmax's division reads x at ``t`` and its row stats
+    broadcast."""
+    assert [in_place_inputs(k) for k in bodies_of("binary")] == [(0,)]
+    assert all(in_place_inputs(k) == () for k in bodies_of("reductions"))
+    div = next(k for k in bodies_of("softmax") if k.name.endswith("_div"))
+    assert in_place_inputs(div) == (0,)
+    src = cuda_kernel(div, ("", NARROW, VECTOR))
+    assert "float* out" in src and "const float* in0" in src and "in1" in src
+    assert "const float* __restrict__ in1" in src and "__restrict__ out" not in src
+
+
+class _Epilogue(torch.nn.Module):
+    """A library call's result read by one elementwise kernel (bias broadcast, a flip)."""
+
+    def __init__(self, keep: bool = False, flip: bool = False):
+        super().__init__()
+        self.lin, self.keep, self.flip = torch.nn.Linear(6, 6, bias=False), keep, flip
+        self.b = torch.nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        a = self.lin(x)
+        y = torch.relu(a + a.flip(-1) if self.flip else a + self.b) * 2 + torch.relu(x)
+        return (y, a) if self.keep else y
+
+
+@pytest.mark.parametrize("keep, flip, over", [(False, False, True), (True, False, False),
+                                              (False, True, False)],
+                         ids=["dies", "an-output", "read-elsewhere"])
+def test_a_kernel_overwrites_an_operand_that_dies_at_its_launch(keep, flip, over):
+    """The linear's result dies at the epilogue, which reads it only at its own index: the
+    epilogue writes over it (one buffer fewer at that step). Not where the result is also an
+    output, nor where the kernel reads it at another index too (a flip); never a user input."""
+    m = _Epilogue(keep, flip).eval()
+    cm = dl.compile(m, (torch.randn(3, 6),), dynamic={0: {0: "N"}}, backend="cpu")
+    plan = cm._thunk.plan
+    (k,) = plan.kernels
+    assert (k.in_place is not None) == over
+    if over:
+        assert plan.buffers[k.in_place].value == "linear"
+        assert "(over %linear)" in repr(plan)
+        trace = cm._thunk.launches([(5, 6)] + [tuple(c.shape) for c in cm._constants])
+        assert [st.in_place for st in trace.steps] == ["", "linear"]
+    for n in (1, 4, 9):
+        x = torch.randn(n, 6)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x), m(x))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_sources_print_the_abi(name):
     for k in all_variants(bodies_of(name)):
         a = abi(k)
         assert [p.kind for p in a.params] == sorted((p.kind for p in a.params), key=ORDER.index)
-        want = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
+        alias = {f"in{i}" for i in in_place_inputs(k)}   # out may overwrite them: no restrict
+        alias |= {"out"} if alias else set()
+        want = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}*"
+                f"{'' if p.name in alias else ' __restrict__'} {p.name}"
                 if p.is_buffer else f"long long {p.name}" for p in a.params]
         src = cuda_kernel(k, ("", NARROW, VECTOR))
         for suffix in ("", NARROW) + (VECTOR,) * (vector_width(k) > 1):   # one parameter list

@@ -361,7 +361,7 @@ def test_report_size_prelude_once(resnet):
 
 def test_launch_plan_repr(resnet):
     """A header with the counts, then one line per step (kernel entry point or library op,
-    output buffer, buffers freed); 40 steps at most."""
+    output buffer, the buffer it overwrites, buffers freed); 40 steps at most."""
     plan = resnet.pipeline.launch_plan
     r = repr(plan)
     assert plan._repr_mimebundle_()["text/plain"] == r and len(r) < 4000
@@ -376,7 +376,10 @@ def test_launch_plan_repr(resnet):
         what = (f"kernel {st.variants[0].name}" if isinstance(st, KernelLaunch)
                 else f"library {st.op.name}")
         free = f"; frees {', '.join(buf[b] for b in fr)}" if fr else ""
-        assert line == f"  {i:>3} {what} -> {buf[st.out]}{free}"
+        over = getattr(st, "in_place", None)
+        over = f" (over {buf[over]})" if over is not None else ""
+        assert line == f"  {i:>3} {what} -> {buf[st.out]}{over}{free}"
+    assert any(" (over %" in ln for ln in lines)   # the convolutions' epilogues
     assert {ln.split()[2] for ln in lines if " kernel " in ln} == \
         {k.name for k in resnet.pipeline.kernels}
     long = dataclasses.replace(plan, steps=plan.steps * 2, frees=plan.frees * 2)

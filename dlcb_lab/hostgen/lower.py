@@ -30,6 +30,7 @@ from ..errors import BuildError, DLError, ShapeError
 from ..ir.graph import Graph, Value
 from ..ir.ops import Guarded, OpDef, linear_index
 from ..kgen.abi import abi
+from ..kgen.emit import in_place_inputs
 from ..kgen.kir import KernelBody
 from ..passes.partition import index_reads, steps as partition_steps
 from .guards import Guard, describe, dim_origins, graph_guards
@@ -83,6 +84,10 @@ class KernelLaunch:
     range before the launch."""
     step: int = -1
     """The partition step (``Graph.partition.steps``) this launch is."""
+    in_place: int | None = None
+    """A buffer the output is written into: an operand the kernel reads only at the output's
+    own index (``emit.in_place_inputs``), of the output's dims and dtype, that dies at this
+    launch (``_in_place``)."""
 
 
 @dataclass(frozen=True)
@@ -201,8 +206,10 @@ class LaunchPlan(Rich):
             else:
                 what = f"library {st.op.name}"
             free = ", ".join(name(Operand(Src.BUFFER, b)) for b in fr)
+            over = getattr(st, "in_place", None)
             lines.append(f"  {i:>3} {what} -> {name(Operand(Src.BUFFER, st.out))}"
-                         + (f"; frees {free}" if free else ""))
+                         + (f" (over {name(Operand(Src.BUFFER, over))})" if over is not None
+                            else "") + (f"; frees {free}" if free else ""))
         if len(self.steps) > limit:
             lines.append(f"  … {n(len(self.steps) - limit, 'more step')}")
         return "\n".join(lines)
@@ -311,7 +318,9 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
                          f"{', '.join(kb.name for kb in by_out.values())}")
     outputs = tuple(Operand(Src.BUFFER, buf_index[v.id]) for v in g.outputs)
     host = hb.build()
-    return host, LaunchPlan(plan_bufs, tuple(steps), _frees(steps, len(buffers), outputs), outputs,
+    frees = _frees(steps, len(buffers), outputs)
+    steps = _in_place(g, steps, frees, buffers, kernels)
+    return host, LaunchPlan(plan_bufs, tuple(steps), frees, outputs,
                             host.args, host.regs, guards,
                             tuple(c for c in empty_checks if c[0].src is Src.INPUT))
 
@@ -405,6 +414,34 @@ def _reads(step: Step) -> list[Operand]:
     if isinstance(step, LibraryCall):
         return [o for o, _ in step.operands]
     return [o for v in step.variants for o in v.operands] + [o for o, _, _ in step.index_checks]
+
+
+def _in_place(g: Graph, steps: list[Step], frees: Sequence[tuple[int, ...]],
+              buffers: Sequence[Value], kernels: Sequence[KernelBody]) -> list[Step]:
+    """Each kernel launch writes its output into an operand buffer where that is safe and
+    saves a buffer: the kernel reads the operand only at the output's own index
+    (``emit.in_place_inputs``), the operand has the output's dims and dtype, dies at the launch
+    (``frees``: never a graph output), and no other buffer may share its storage (a kernel's
+    output, or a library call's other than an eager step's, which may return a view). Eager
+    elementwise chains free their operand the same way (``relu_``, ``out += x``): a call's peak
+    holds one buffer fewer at each such launch."""
+    body = {kb.name: kb for kb in kernels}
+    fresh = {st.out for st in steps if isinstance(st, KernelLaunch) or st.op.name != "eager"}
+    out = []
+    for st, fr in zip(steps, frees):
+        kb = body.get(st.variants[0].name) if isinstance(st, KernelLaunch) else None
+        safe = set(in_place_inputs(kb)) if kb is not None else set()
+        ops = st.variants[0].operands if safe else ()
+        for i in sorted(safe):
+            o = ops[i]
+            if o.src is Src.BUFFER and o.index in fr and o.index in fresh and \
+                    all(j in safe for j, p in enumerate(ops) if p == o) and \
+                    buffers[o.index].dtype == buffers[st.out].dtype and \
+                    g.dims(buffers[o.index]) == g.dims(buffers[st.out]):
+                st = replace(st, in_place=o.index)
+                break
+        out.append(st)
+    return out
 
 
 def _frees(steps: Sequence[Step], n_buffers: int, outputs: Sequence[Operand]

@@ -4,10 +4,11 @@ Every entry point (both index widths, both variants, both backends) takes
 
     out, in0, in1, ..., numel, <int params>..., <divisors>...
 
-``out`` and ``inN`` are flat buffers (``out`` written, the inputs read, all ``__restrict__`` on
-CUDA) of the kernel's dtypes; ``numel`` is the number of output elements (threads, or blocks for the
-block-per-output variant); the int params are the dims the kernel needs at run time, each the value
-of a dimension expression the host program computes; a divisor param holds ``magic(d)`` for a
+``out`` and ``inN`` are flat buffers (``out`` written, the inputs read, ``__restrict__`` on CUDA
+but for an input ``out`` may overwrite, ``emit.in_place_inputs``) of the kernel's dtypes;
+``numel`` is the number of output elements (threads, or blocks for the block-per-output variant);
+the int params are the dims the kernel needs at run time, each the value of a dimension
+expression the host program computes; a divisor param holds ``magic(d)`` for a
 runtime divisor ``d`` of the kernel's index arithmetic (its 32-bit entry points divide by a
 multiply-high and a shift; the 64-bit ones and numba ignore it). All are ``long long`` on CUDA
 (``int64`` in numba). ``abi(k)`` is that list for one ``KernelBody``: the emitters print it (``kgen.emit``), the

@@ -74,6 +74,22 @@ def vector_loads(k: KernelBody) -> tuple[int, ...]:
                          if isinstance(s, Load) and s.index == "t" and not s.pred}))
 
 
+def in_place_inputs(k: KernelBody) -> tuple[int, ...]:
+    """Inputs of ``k`` its output may overwrite (the launch plan writes the output into such an
+    input's buffer where that buffer dies at the launch: ``hostgen.lower``). ``k`` is one
+    thread-per-output kernel of per-element statements (``vector_width``'s condition), and
+    every load of the input is unpredicated at the output's own index ``t``, in the output's
+    dtype: each element is read only by the thread that writes it, before it writes it. Their
+    pointers and ``out`` are not ``__restrict__``."""
+    if k.variant is not None or k.cooperative or \
+            not all(isinstance(s, _ELEMENTWISE) for s in k.stmts):
+        return ()
+    loads = [s for s in k.stmts if isinstance(s, Load)]
+    other = {s.buf for s in loads if s.index != "t" or s.pred}
+    return tuple(sorted({s.buf for s in loads if s.buf not in other and
+                         k.inputs[s.buf].dtype == k.out.dtype}))
+
+
 def warp_rows(k: KernelBody) -> bool:
     """Whether block-per-output kernel ``k`` reads rows, not columns: no load in its cooperative
     loops steps by more than one element per step of the loop variable (its index a sum with
@@ -582,8 +598,10 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     ``name_w`` (a block-per-output body run by one warp per output). A block-per-output body is
     also a template over ``W``, its group of threads per output: the block or one warp."""
     a = abi(k)
-    bufs = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}* __restrict__ {p.name}"
-            for p in a.buffers]
+    alias = {f"in{i}" for i in in_place_inputs(k)}
+    alias |= {"out"} if alias else set()
+    bufs = [f"{'' if p.kind == 'out' else 'const '}{p.dtype.ctype}*"
+            f"{'' if p.name in alias else ' __restrict__'} {p.name}" for p in a.buffers]
     ints = [p.name for p in a.ints]
     wide = {p.name for p in a.params if p.kind == "div"}   # long long at both widths
     names = [p.name for p in a.buffers]

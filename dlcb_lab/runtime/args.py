@@ -217,14 +217,18 @@ def check_buffer(x: Any, label: str, dtype: torch.dtype, cuda: bool, writes: boo
     return Buffer(int(ptr or 0), shape, int(ptr or 0), n, None, x)
 
 
-def check_overlap(bufs: Sequence[Buffer], labels: Sequence[str]) -> None:
-    """The first buffer (``out``) overlaps none of the others (the kernels' ``__restrict__``);
-    all torch CUDA buffers on one device."""
+def check_overlap(bufs: Sequence[Buffer], labels: Sequence[str], same: Sequence[int] = ()
+                  ) -> None:
+    """The first buffer (``out``) overlaps none of the others (the kernels' ``__restrict__``),
+    but may be the very memory of those at positions ``same`` (inputs the kernel reads only at
+    the output's own index); all torch CUDA buffers on one device."""
     devices = {a.device for a in bufs if a.device is not None}
     if len(devices) > 1:
         raise DeviceError(f"tensors on several devices {sorted(devices)}")
     o = bufs[0]
-    for a, lab in zip(bufs[1:], labels[1:]):
+    for j, (a, lab) in enumerate(zip(bufs[1:], labels[1:]), 1):
+        if j in same and (a.ptr, a.nbytes) == (o.ptr, o.nbytes):
+            continue
         if o.nbytes and a.nbytes and a.ptr < o.ptr + o.nbytes and o.ptr < a.ptr + a.nbytes:
             raise LayoutError(f"{labels[0]} overlaps {lab}: the kernel's buffers are "
                               f"__restrict__ (write to a separate buffer)")

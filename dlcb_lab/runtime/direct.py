@@ -56,7 +56,7 @@ from ..hostgen.guards import Guard
 from ..ir.dtypes import dtype_of
 from ..ir.graph import Value
 from ..kgen.abi import abi, magic, pack
-from ..kgen.emit import NARROW
+from ..kgen.emit import NARROW, in_place_inputs
 from ..kgen.kir import KernelBody
 from .args import Buffer, as_int, check_buffer, check_overlap
 from .launchers import NARROW_LIMIT, CpuLauncher, _flat_array, check_index
@@ -102,6 +102,8 @@ class KernelSignature:
     index_checks: tuple[tuple[int, Expr], ...] = ()
     guards: tuple[Guard, ...] = ()
     divisors: tuple[tuple[str, Expr], ...] = ()
+    in_place: tuple[int, ...] = ()
+    """Positions of the buffers ``out`` may be (the same memory exactly: ``emit.in_place_inputs``)."""
 
     @property
     def int_names(self) -> tuple[str, ...]:
@@ -146,7 +148,8 @@ def kernel_signatures(body: KernelBody, dims: Callable[[Value], Sequence[Expr]],
         out.append(KernelSignature(v.name, i, v.cooperative, bufs, a.ints[0].expr,
                                    tuple((p.name, p.expr) for p in a.int_params if p.kind == "int"),
                                    bounds, checks, mine,
-                                   tuple((p.name, p.expr) for p in a.int_params if p.kind == "div")))
+                                   tuple((p.name, p.expr) for p in a.int_params if p.kind == "div"),
+                                   tuple(j + 1 for j in in_place_inputs(v))))
     return tuple(out)
 
 
@@ -238,7 +241,7 @@ class DirectKernel:
         bufs = [check_buffer(x, b.label, b.dtype, self.cuda, b.name == "out", _flat_array)
                 for x, b in zip(args, sig.buffers)]
         ints = [as_int(x, n) for x, n in zip(args[nb:], names)]
-        check_overlap(bufs, [b.label for b in sig.buffers])
+        check_overlap(bufs, [b.label for b in sig.buffers], sig.in_place)
         devices = {a.device for a in bufs if a.device is not None}
         for a, b in zip(bufs, sig.buffers):
             if len(a.shape) != len(b.shape):

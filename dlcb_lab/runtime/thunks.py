@@ -38,7 +38,8 @@ class StepLaunch:
     ``params`` the int params by code name, ``grid``/``block`` the launch configuration
     (``launcher.geometry``: blocks and threads per block on CUDA, ``(numel, 1)`` prange iterations
     on CPU), ``kernel`` the kernel it is an entry point of. Library calls: ``name`` the op,
-    ``params`` its keyword arguments. ``frees``: buffers dropped after the step."""
+    ``params`` its keyword arguments. ``frees``: buffers dropped after the step; ``in_place``:
+    the buffer (one of them) the kernel's output overwrites (``KernelLaunch.in_place``)."""
 
     index: int
     kind: str                          # "kernel" or "library"
@@ -56,6 +57,7 @@ class StepLaunch:
     block: int | None = None
     width: int | None = None
     kernel: str | None = None
+    in_place: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ class Thunk(Rich):
         for i, step, frees, shape, launch in self._walk(r):
             common = dict(index=i, out=plan.buffers[step.out].value, shape=tuple(shape),
                           frees=tuple(plan.buffers[j].value for j in frees))
+            if launch is not None and step.in_place is not None:
+                common["in_place"] = plan.buffers[step.in_place].value
             if launch is None:
                 out.append(StepLaunch(kind="library", name=step.op.name,
                                       params=tuple(step.kwargs(r).items()), **common))
@@ -222,8 +226,11 @@ class Thunk(Rich):
                 for o, reg, what in step.index_checks if checks else ():
                     if o.src is not Src.INPUT:   # inputs: checked above
                         check_index(get(o), r[reg], what)
-                out = bufs[step.out] = torch.empty(shape, dtype=plan.buffers[step.out].dtype,
-                                                   device=dev)
+                if step.in_place is None:
+                    out = torch.empty(shape, dtype=plan.buffers[step.out].dtype, device=dev)
+                else:   # that operand dies here: the kernel overwrites it
+                    out = get(Operand(Src.BUFFER, step.in_place)).view(shape)
+                bufs[step.out] = out
                 if n:
                     ins = [get(o) for o in var.operands]
                     launcher(v, n, out, ins, [r[p] for p in var.params], narrow,

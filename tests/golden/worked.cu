@@ -181,7 +181,7 @@ template <bool W, typename T> __device__ __forceinline__ void dlcb_group_lse(T& 
 // in1 = %y (f32)
 // one thread per output element
 template <typename I>
-__device__ __forceinline__ void dlcb_k0_reshape_body(float* __restrict__ out, const float* __restrict__ in0, const float* __restrict__ in1, const I numel) {
+__device__ __forceinline__ void dlcb_k0_reshape_body(float* out, const float* in0, const float* __restrict__ in1, const I numel) {
   const I step = (I)gridDim.x * blockDim.x;
   for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; t += step) {
     const float x1 = in0[t];
@@ -193,9 +193,9 @@ __device__ __forceinline__ void dlcb_k0_reshape_body(float* __restrict__ out, co
     out[t] = v6;
   }
 }
-extern "C" __global__ void dlcb_k0_reshape(float* __restrict__ out, const float* __restrict__ in0, const float* __restrict__ in1, long long numel) {
+extern "C" __global__ void dlcb_k0_reshape(float* out, const float* in0, const float* __restrict__ in1, long long numel) {
   dlcb_k0_reshape_body<long long>(out, in0, in1, numel);
 }
-extern "C" __global__ void dlcb_k0_reshape_i32(float* __restrict__ out, const float* __restrict__ in0, const float* __restrict__ in1, long long numel) {
+extern "C" __global__ void dlcb_k0_reshape_i32(float* out, const float* in0, const float* __restrict__ in1, long long numel) {
   dlcb_k0_reshape_body<int>(out, in0, in1, (int)numel);
 }
