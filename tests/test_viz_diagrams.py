@@ -359,6 +359,15 @@ def test_report_size_prelude_once(resnet):
 
 # -- launch plan ----------------------------------------------------------------------------------
 
+def test_plan_and_launches_show_the_buffer_a_kernel_overwrites(resnet):
+    plan = resnet.pipeline.launch_plan
+    st = next(s for s in plan.kernels if s.in_place is not None)
+    out, over = plan.buffers[st.out].value, plan.buffers[st.in_place].value
+    assert f"%{out} (over %{over})" in unescape(render(plan).html)
+    t = resnet.trace(torch.randn(2, 3, 48, 40))
+    assert f"over <code>%{over}</code>" in render(t).html
+
+
 def test_launch_plan_repr(resnet):
     """A header with the counts, then one line per step (kernel entry point or library op,
     output buffer, the buffer it overwrites, buffers freed); 40 steps at most."""

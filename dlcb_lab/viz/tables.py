@@ -103,8 +103,8 @@ def _reg(k: int, names: Sequence[str]) -> str:
 
 
 def plural(k: int, what: str) -> str:
-    """``1 check``, ``7 checks``."""
-    return f"{k} {what}{'' if k == 1 else 's'}"
+    """``1 check``, ``7 checks``, ``2 launches``."""
+    return f"{k} {what}{'' if k == 1 else 'es' if what.endswith(('ch', 'sh', 's', 'x')) else 's'}"
 
 
 def _arg(i: int, args: Sequence[str]) -> str:
@@ -418,8 +418,9 @@ def _plan_step(i: int, st, frees: Sequence[int], plan: LaunchPlan) -> tuple:
     extra += [f"checks {esc(_operand(o, plan))} in range ({esc(w)})"
               for o, _, w in st.index_checks]
     ops = ", ".join(esc(_operand(o, plan)) for o in var.operands)
+    over = "" if st.in_place is None else f" (over %{plan.buffers[st.in_place].value})"
     return (i, badge("kernel", "generated"), kernel_link(var.name),
-            esc(f"%{plan.buffers[st.out].value}"), ops,
+            esc(f"%{plan.buffers[st.out].value}{over}"), ops,
             (params + "<br>" if params else "") + "<br>".join(extra), esc(free))
 
 
@@ -467,7 +468,8 @@ def launch_trace(t: LaunchTrace) -> Rendering:
         name = f"<code>{esc(s.name)}</code>" if s.kind == "library" else \
             kernel_link(s.kernel, s.name)
         rows.append((s.index, name, how,
-                     f"<code>%{esc(s.out)}</code> {list(s.shape)}", params,
+                     f"<code>%{esc(s.out)}</code> {list(s.shape)}"
+                     + (f" over <code>%{esc(s.in_place)}</code>" if s.in_place else ""), params,
                      esc(", ".join(f"%{f}" for f in s.frees))))
     head = (f"<div><b>Launches</b> of a {esc(t.thunk_kind)} thunk on {esc(t.device)}: "
             + (f"{len(t.steps)} steps" if t.ok else
