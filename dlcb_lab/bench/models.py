@@ -60,9 +60,10 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  first call, about 1.2 ms a convolution on the H200)
   paired_ms, paired_static_ms   dlcb-dynamic with ``--paired``: its median time and a static
                  compile's at the shape, timed in turn in one process (``_paired``)
-  first_call_cold_ms   eager only: the first call of the reference copy at each shape, none
-                 of its cuDNN plans or cuBLAS kernels loaded yet (the first shape's also initialises
-                 CUDA's libraries): what eager pays at a new shape, beside DLCB's first_call_ms
+  first_call_cold_ms   every system's process: the first call of its eager reference copy at
+                 each shape, none of its cuDNN plans or cuBLAS kernels loaded yet (the first
+                 shape's also initialises CUDA's libraries): what eager pays at a new shape, in
+                 the same process as the system's first_call_ms
   max_rel_err    ``zoo.rel_error`` of that first result vs eager's (max |y - y_eager| / max
                  |y_eager| over all outputs; inf on shape/dtype mismatch or non-finite values);
                  ``error`` set when above ``Config.tol`` (fp32: ``zoo.GPU_TOL`` on cuda,
@@ -453,8 +454,7 @@ def run_one(model: str, system: str, cfg: Config,
             for shape in shapes:
                 fail(shape, why)
             return rows
-        if system == "eager":
-            emit([_row(model, system, sh, "first_call_cold_ms", t) for sh, t in zip(shapes, cold)])
+        emit([_row(model, system, sh, "first_call_cold_ms", t) for sh, t in zip(shapes, cold)])
         first_failed = ""
         for i, (shape, args, want) in enumerate(zip(shapes, inputs, wants)):
             if first_failed:
