@@ -20,6 +20,7 @@ import torch.nn as nn
 import dlcb_lab as dl
 from dlcb_lab.artifact import FORMAT_VERSION, ArtifactDeviceError, load, save
 from dlcb_lab.errors import ArtifactError, DeviceError
+from dlcb_lab.kgen.emit import vector_width
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -299,3 +300,32 @@ def test_cuda_artifact_roundtrip_new_process(tmp_path):
         for xs, got in zip(calls, outs):
             for a, b in zip(got, cm(*xs)):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+class Twice(nn.Module):
+    """Two blocks of one code (kernels under two names, one build)."""
+
+    def forward(self, x, y):
+        return torch.tanh(x) * 2 + 1, torch.tanh(y) * 2 + 1
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_twin_kernels_share_one_build_through_an_artifact(backend, tmp_path):
+    """Kernels of one code are built once and launch that build, also from an artifact loaded
+    in a new process with an empty cache (no build there)."""
+    dev = "cuda" if backend == "cuda" else "cpu"
+    xs = (torch.randn(2, 8, device=dev), torch.randn(3, 8, device=dev))
+    cm = dl.compile(Twice(), xs, dynamic={0: {0: "N"}, 1: {0: "M"}}, backend=backend)
+    a, b = (k.launcher for k in cm.pipeline.kernels)
+    same = (lambda ln: ln.fn) if backend == "cpu" else (lambda ln: ln.kernels[(0, True)].module)
+    assert same(a) is same(b)
+    k = cm.pipeline.kernels[0].body   # its entry points, as runtime.build counts them
+    one = 1 if backend == "cpu" else \
+        2 * len(k.variants()) + (vector_width(k) > 1) + (k.variant is not None)
+    assert cm.stats()["kernel_builds"] == one
+    path = save(cm, tmp_path / "twice.dlcb")
+    calls = [(torch.randn(5, 8, device=dev), torch.randn(1, 8, device=dev))]
+    report, outs = _load_elsewhere(path, calls, tmp_path)
+    assert report["stats"]["kernel_builds"] == 0
+    for got, want in zip(outs[0], Twice()(*calls[0])):
+        torch.testing.assert_close(got, want)

@@ -81,9 +81,10 @@ def test_rejects_virtual_arch():
 
 @pytest.mark.parametrize("workers", [1, 2, 5])
 def test_kernels_split_into_units_compile_in_parallel(workers):
-    """A model's kernels split into contiguous NVRTC units (at most ``workers``), each compiled
-    to its own cubin by parallel threads; every kernel is in exactly one unit, whose cubin
-    exports its entry points."""
+    """A model's distinct kernels split into contiguous NVRTC units (at most ``workers``), each
+    compiled to its own cubin by parallel threads; every kernel is in exactly one unit, a kernel
+    of the same code as an earlier one in that one's, and each cubin exports the entry points
+    of the distinct kernels it holds."""
     import torch
     import torchvision
 
@@ -91,20 +92,60 @@ def test_kernels_split_into_units_compile_in_parallel(workers):
     from dlcb_lab.kgen.emit import cuda_module, entry_points
     from dlcb_lab.kgen.infer import infer_kernels
     from dlcb_lab.passes import run_passes
-    from dlcb_lab.runtime.build import units
+    from dlcb_lab.runtime.build import distinct, units
 
     m = torchvision.models.squeezenet1_1(num_classes=10).eval()
     g, _ = run_passes(to_ir(m, (torch.randn(2, 3, 32, 32),), {0: {0: "N"}}))
     bodies = infer_kernels(g, cooperative=True)
+    rep = distinct(bodies)
     groups = units(bodies, workers)
     assert 1 <= len(groups) <= workers
-    assert [i for grp in groups for i in grp] == list(range(len(bodies)))   # contiguous, once
+    assert sorted(i for grp in groups for i in grp) == list(range(len(bodies)))   # each once
+    firsts = [i for grp in groups for i in grp if rep[i] == i]
+    assert firsts == sorted(set(rep))                                             # contiguous
+    assert all(rep[i] in grp for grp in groups for i in grp)
+    subs = [[bodies[i] for i in grp if rep[i] == i] for grp in groups]
     n0 = nvrtc_compile_count()
-    cubins = nvrtc.compile_cubins([cuda_module([bodies[i] for i in grp]) for grp in groups])
+    cubins = nvrtc.compile_cubins([cuda_module(sub) for sub in subs])
     assert nvrtc_compile_count() == n0 + len(groups)
-    for cubin, grp in zip(cubins, groups):
+    for cubin, sub in zip(cubins, subs):
         assert cubin.startswith(b"\x7fELF")
-        assert all(name.encode() in cubin for name in entry_points([bodies[i] for i in grp]))
+        assert all(name.encode() in cubin for name in entry_points(sub))
+
+
+def test_kernels_of_one_code_compile_once():
+    """Repeated blocks give kernels of the same code under different names: ``distinct`` maps
+    each to the first of its code, whose source is its own with the name swapped (comments
+    aside); a kernel that differs in a literal (a channel count) or a dtype is its own."""
+    import re
+
+    import torch
+
+    from dlcb_lab.bridge.aten import to_ir
+    from dlcb_lab.kgen.emit import cuda_kernel
+    from dlcb_lab.kgen.infer import infer_kernels
+    from dlcb_lab.passes import run_passes
+    from dlcb_lab.runtime.build import distinct
+
+    class Blocks(torch.nn.Module):
+        def forward(self, x, y, z):
+            a = torch.sigmoid(x) * 2 + 1       # these two: the same code
+            b = torch.sigmoid(y) * 2 + 1
+            c = (torch.sigmoid(z) * 2 + 1).sum(-1)   # a sum over 8 ...
+            d = (torch.sigmoid(y) * 2 + 1).sum(-1)   # ... and over 16: two codes
+            e = torch.sigmoid(x.double()) * 2 + 1     # another dtype
+            return a, b, c, d, e
+
+    ex = (torch.randn(4, 16), torch.randn(4, 16), torch.randn(4, 8))
+    g, _ = run_passes(to_ir(Blocks(), ex, {0: {0: "N"}, 1: {0: "M"}, 2: {0: "K"}}))
+    bodies = infer_kernels(g, cooperative=True)
+    rep = distinct(bodies)
+    assert len(bodies) == 5 and len(set(rep)) == 4 and rep[1] == 0, rep
+    strip = re.compile(r"//[^\n]*")
+    for i, r in enumerate(rep):
+        if r != i:
+            mine = strip.sub("", cuda_kernel(bodies[i]).replace(bodies[i].name, "K"))
+            assert mine == strip.sub("", cuda_kernel(bodies[r]).replace(bodies[r].name, "K"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])

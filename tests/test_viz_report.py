@@ -421,6 +421,29 @@ def test_report_links_and_anchors(cm):
     assert set(ret[0]) == computing["mean"] | computing["add"] | computing["flatten"]
 
 
+def test_kernels_tab_names_the_build_a_twin_kernel_launches():
+    """Two blocks of one code: the Kernels tab counts the distinct codes and the second block's
+    kernel links to the first's as the build it launches; the first has none."""
+    from dlcb_lab.viz.report import kernels_html
+
+    class Twice(nn.Module):
+        def forward(self, x, y):
+            return torch.tanh(x) + 1, torch.tanh(y) + 1
+
+    cm2 = dl.compile(Twice(), (torch.randn(2, 8), torch.randn(3, 8)),
+                     dynamic={0: {0: "N"}, 1: {0: "M"}}, backend="cpu")
+    names = [k.name for k in cm2.pipeline.kernels]
+    assert len(names) == 2 and cm2.stats()["kernel_builds"] == 1
+    html = kernels_html(cm2.pipeline)
+    assert "2 generated kernels: 1 distinct code, each built once" in unescape(html)
+    rows = re.findall(r"<tr>(.*?)</tr>", html, re.S)[1:3]
+    built_as = [re.findall(r'href="#dlcb-kernel-([^"]+)"', r)[1:] for r in rows]
+    assert built_as == [[], [names[0]]]
+    x, y = torch.randn(5, 8), torch.randn(1, 8)
+    for got, want in zip(cm2(x, y), Twice()(x, y)):
+        torch.testing.assert_close(got, want)
+
+
 @pytest.mark.skipif(_chromium() is None, reason="chromium not installed (make chromium, as root)")
 def test_kernel_link_shows_its_section_in_chromium(cm, tmp_path):
     """Following ``#dlcb-kernel-<name>`` shows the Kernels tab instead of the checked one, and

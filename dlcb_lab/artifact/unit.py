@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError
-from ..kgen.emit import VECTOR, cuda_module, entry_points, numba_module
+from ..kgen.emit import VECTOR, cuda_module, entry_points
+from ..runtime.build import cpu_module
 from ..records import Pipeline
 from ..runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
 from .format import (ArtifactDeviceError, Reader, TensorTable, Writer, dump_records,
@@ -72,7 +73,7 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
             w.add(f"{prefix}/kernels.{j}.cubin", narrow)
             w.add(f"{prefix}/kernels.{j}.wide.cubin", wide)
     else:
-        source = numba_module(bodies)
+        source, _ = cpu_module(bodies)
         if bodies:
             w.add(f"{prefix}/kernels.py", source.encode())
             meta["numba_files"] = [w.add(f"{prefix}/numba/{f.name}", f.read_bytes()).rsplit(
@@ -100,7 +101,7 @@ def load_unit(r: Reader, meta: dict[str, Any], tensors: TensorTable) -> tuple[Pi
     bodies = [k.body for k in p.kernels]
     if [b.name for b in bodies] != meta.get("kernels"):
         raise ArtifactError(f"{what}: kernel list differs from the manifest's")
-    source = cuda_module(bodies) if backend == "cuda" else numba_module(bodies)
+    source = cuda_module(bodies) if backend == "cuda" else cpu_module(bodies)[0]
     if _sha(source) != meta.get("source_sha256"):
         raise ArtifactError(f"{what}: this dlcb_lab emits different {backend} source for the "
                             f"saved kernels (the artifact was built by another code generator)")
@@ -261,11 +262,11 @@ def _cpu_launchers(r: Reader, prefix: str, meta: dict, bodies: list, source: str
         except Exception as err:
             raise ArtifactError(f"{what}: the numba module does not load ({err})") from None
     try:
-        fns = [getattr(mod, b.name) for b in bodies]
+        fns = [getattr(mod, n) for n in cpu_module(bodies)[1]]
     except AttributeError as err:
         raise ArtifactError(f"{what}: the numba module lacks a kernel ({err})") from None
-    builds = sum(1 for fn in fns if sum(fn.stats.cache_misses.values())) if fresh else 0
+    builds = sum(1 for fn in set(fns) if sum(fn.stats.cache_misses.values())) if fresh else 0
     if builds:
         _log.warning("%s: numba compiled %d of %d kernels: its cache missed (saved on CPU %r, "
-                     "this is %r)", what, builds, len(fns), meta.get("host_cpu"), _host_cpu())
+                     "this is %r)", what, builds, len(set(fns)), meta.get("host_cpu"), _host_cpu())
     return [CpuLauncher(fn) for fn in fns], builds

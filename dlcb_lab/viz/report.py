@@ -21,6 +21,7 @@ from ..ir.graph import Graph
 from ..passes.partition import inlined
 from ..records import Pipeline
 from ..runtime.thunks import LaunchTrace
+from ..runtime.build import distinct
 from .code import CODE_CSS, kernel_html, prelude_html
 from .render import Rendering, renders
 from .style import block, esc, folded_table, kernel_id, kernel_link, tabs
@@ -65,22 +66,28 @@ def source_index(g: Graph, kernels: dict[str, str]) -> list[tuple[str, list[str]
 
 
 def kernels_html(p: Pipeline) -> str:
-    """The Kernels tab: the kernel list, the source-line index, the CUDA prelude once, then one
-    closed section per kernel (anchor ``kernel_id``)."""
+    """The Kernels tab: the kernel list (each with the kernel whose build it launches, where
+    that is an earlier one of the same code: ``runtime.build.distinct``), the source-line index,
+    the CUDA prelude once, then one closed section per kernel (anchor ``kernel_id``)."""
     names = {k.body.out.name: k.name for k in p.kernels}
     index = [(f"<code>{esc(where)}</code>", " ".join(kernel_link(k) for k in ks) or
               '<span class="muted">none</span>',
               esc(", ".join(libs))) for where, ks, libs in source_index(p.graph, names)]
+    rep = distinct([k.body for k in p.kernels], p.kernels[0].backend) if p.kernels else []
     rows = [(kernel_link(k.name), f"<code>%{esc(k.body.out.name)}</code>",
-             len(k.body.variants())) for k in p.kernels]
+             len(k.body.variants()),
+             "" if r == i else kernel_link(p.kernels[r].name))
+            for i, (k, r) in enumerate(zip(p.kernels, rep))]
     sections = "".join(
         f'<details id="{esc(kernel_id(k.name))}" class="dl-kernel"><summary><code>{esc(k.name)}'
         f"</code> -&gt; %{esc(k.body.out.name)}</summary>"
         f"{kernel_html(k, prelude=False, style=False)}</details>" for k in p.kernels)
     cuda = any(k.cuda_source for k in p.kernels)
-    return (f"<div>{plural(len(p.kernels), 'generated kernel')}</div>"
+    return (f"<div>{plural(len(p.kernels), 'generated kernel')}: "
+            f"{plural(len(set(rep)), 'distinct code')}, each built once (<i>built as</i>: the "
+            f"kernel whose build a kernel of the same code launches)</div>"
             f"<style>{CODE_CSS}</style>"
-            + folded_table(["kernel", "writes", "variants"], rows, raw=True)
+            + folded_table(["kernel", "writes", "variants", "built as"], rows, raw=True)
             + ("<h4>Source lines → kernels</h4>"
                + folded_table(["model source line", "generated kernels", "library calls"], index,
                               raw=True) if index else "")
