@@ -214,7 +214,8 @@ class Direct:
         mine = torch.empty_like(out)
         k.forall(numel)(mine, *ins)
         self.f(variant, numel, out, ins, params, narrow, width)
-        self.log.append((self.k.name, mine, out))
+        # a later launch may write over this buffer in place: keep what this one wrote
+        self.log.append((self.k.name, mine, out.clone()))
 
 
 def _zoo_direct(name, backend, monkeypatch, batch, res):
