@@ -130,5 +130,5 @@ def force_launch(monkeypatch, how: str) -> None:
 
     monkeypatch.setattr(CudaLauncher, "choose", lambda self, numel, extent, narrow=False:
                         0 if how == "thread" else int((1, False) in self.kernels))
-    monkeypatch.setattr(CudaLauncher, "_by_warp", lambda self, extent, narrow:
+    monkeypatch.setattr(CudaLauncher, "_by_warp", lambda self, extent, narrow, numel:
                         how == "warp" and self.warp is not None and narrow)   # any extent

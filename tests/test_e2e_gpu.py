@@ -150,10 +150,12 @@ def test_short_rows_take_a_warp_per_row(c):
     rows per block) from ``launchers.WARP_MIN_ROWS`` to ``launchers.WARP_MAX``, whatever the rows,
     the block or a thread per row elsewhere; equal to eager either way. The rows are literal, so
     the normalizations and softmaxes (``emit.warp_cache``) take a warp up to
-    ``emit.WARP_ROW_MAX``; the sum, amax and mean up to ``launchers.WARP_MAX``."""
+    ``emit.WARP_ROW_MAX``; the sum, amax and mean up to ``launchers.WARP_MAX``, and past it where
+    the rows are ``launchers.WARPS_PER_SM`` per SM or more."""
     from dlcb_lab.kgen.emit import WARP_ROW_MAX
 
     lo = launchers.WARP_MIN_ROWS
+    many = launchers.WARPS_PER_SM * torch.cuda.get_device_properties(DEV).multi_processor_count
     m = Rows()
     w, b = torch.randn(c, device=DEV), torch.randn(c, device=DEV)
     cm = dl.compile(m, (torch.randn(2, 3, c, device=DEV), w, b), dynamic={0: {0: "N"}},
@@ -164,7 +166,8 @@ def test_short_rows_take_a_warp_per_row(c):
         assert len(steps) == 6
         for s in steps:
             row = "layer_norm" in s.name or "softmax" in s.name
-            warp = lo <= c <= (WARP_ROW_MAX if row else launchers.WARP_MAX)
+            warp = lo <= c <= (WARP_ROW_MAX if row else launchers.WARP_MAX) or \
+                not row and lo <= c and s.numel >= many
             assert s.name.endswith("_blk_w") == warp and (s.width == 8) == warp, s
             assert not warp or s.grid == -(-s.numel // 8)
         for got, want in zip(cm(x, w, b), m(x, w, b)):

@@ -209,9 +209,11 @@ def test_warp_entry_points():
     ``W`` true, 32-bit index) that compiles with NVRTC. ``warp_rows``: no reduced load steps by
     more than one element (sum(1) and mean(0) of ``[N, 4, 6]`` do; a div/mod split counts as a
     row). The launcher runs variant 1 as a warp per output, eight per block, up to ``WARP_MAX`` at
-    32-bit index, and prefers it to the thread-per-output variant for rows from
-    ``WARP_MIN_ROWS``, whatever the outputs."""
-    from dlcb_lab.runtime.launchers import BLOCK, WARP_MAX, WARP_MIN_ROWS, CudaLauncher
+    32-bit index (a plain row reduction at any extent, given ``WARPS_PER_SM`` outputs per SM),
+    and prefers it to the thread-per-output variant for rows from ``WARP_MIN_ROWS``, whatever the
+    outputs."""
+    from dlcb_lab.runtime.launchers import (BLOCK, WARP_MAX, WARP_MIN_ROWS, WARPS_PER_SM,
+                                            CudaLauncher)
 
     bodies = bodies_of("reductions")
     coop = {k.name: k for k in all_variants(bodies) if k.cooperative}
@@ -241,6 +243,14 @@ def test_warp_entry_points():
     long_rows = CudaLauncher({(1, False): None}, warp=object(), rows=True, warp_max=768)
     assert long_rows.choose(big, 768, True) == 1 and long_rows.width(1, few, True, extent=768) == 8
     assert long_rows.width(1, few, True, extent=769) == 1
+    # a plain row reduction (a sum: no row in registers) streams by warp at any extent once there
+    # are WARPS_PER_SM outputs per SM; below that, and for a cached row, the block
+    plain = CudaLauncher({(1, False): None}, sm_count=132, warp=object(), rows=True, stream=True)
+    many = WARPS_PER_SM * 132
+    for ln, n, want in ((plain, many, 8), (plain, many - 1, 1), (contiguous, many, 1)):
+        assert ln.choose(n, 3136, True) == 1 and ln.width(1, n, True, extent=3136) == want
+        assert ln.width(1, n, False, extent=3136) == 1                   # 64-bit index
+    assert plain.choose(big, 3136, True) == 1 and contiguous.choose(big, 3136, True) == 0
     assert contiguous.geometry(1, 1000, BLOCK // 32) == (125, BLOCK)
     assert contiguous.geometry(1, 1000) == (1000, BLOCK)
 

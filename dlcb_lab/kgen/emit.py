@@ -474,15 +474,22 @@ barriers for three elements each, three blocks resident per SM: on the H200, 163
 norm at 32x512, a fourth of the bandwidth a warp per row reaches."""
 
 
+def caches_row(k: KernelBody) -> bool:
+    """Whether block-per-output kernel ``k`` keeps its row in registers between passes (a
+    normalization or softmax: ``_row_passes``); a plain reduction (sum, mean, max) keeps none."""
+    return any(isinstance(s, RowInit) for s in k.stmts)
+
+
 def warp_cache(k: KernelBody) -> int:
     """Row elements per lane the warp entry point of block-per-output kernel ``k`` keeps in
     registers: for a normalization or softmax row (``_row_passes`` caches those) of literal
     extent ``E`` up to ``WARP_ROW_MAX``, ``ceil(E / 32)`` (no unrolled stride past the row's
     end), else ``ROW_CACHE``; ``32 * warp_cache(k)`` is the longest reduced extent its launcher
-    runs as a warp per output."""
+    runs as a warp per output whatever the outputs (a plain row reduction takes a warp at any
+    extent where the outputs are many: ``runtime.launchers.WARPS_PER_SM``)."""
     loop = next((s for s in k.stmts if isinstance(s, Loop)), None)
-    if loop is not None and any(isinstance(s, RowInit) for s in k.stmts) and \
-            loop.extent.isdigit() and int(loop.extent) <= WARP_ROW_MAX:
+    if loop is not None and caches_row(k) and loop.extent.isdigit() and \
+            int(loop.extent) <= WARP_ROW_MAX:
         return max(1, -(-int(loop.extent) // 32))
     return ROW_CACHE
 

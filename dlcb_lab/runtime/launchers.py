@@ -33,6 +33,14 @@ WARP_MIN_ROWS = 32
 warp per output takes over from a thread per output, whatever the outputs: a thread walking its
 own row reads 32 rows' elements per warp load (Swin-T's softmax over 49-element window rows,
 301,056 rows at batch 32: 606 us, eager's 89)."""
+WARPS_PER_SM = 8
+"""Outputs per SM from which a plain row reduction (``kgen.emit.caches_row`` false: a sum, mean
+or max over contiguous rows, nothing kept in registers) runs a warp per output at any reduced
+extent, past ``warp_max``: every warp streams its row with no block barrier. On the H100, a
+global average pool over 3136-element NCHW rows at batch 128 (8192 rows): a block per row 54 us
+(73 % of a device copy of the same bytes), a warp per row 40 us (100 %); a squeeze-excite pool
+over 12544-element rows at batch 32 (3072 rows) 74 against 65 us; at 768 rows the two tie
+(data/bench/h100_stage4k/pool.txt)."""
 NARROW_LIMIT = (1 << 31) - (1 << 25)
 """Largest index bound served by the 32-bit entry point: every index intermediate (at most
 ``kgen.infer.BOUND_SLACK`` above the bound), and ``t`` plus the grid-stride step (at most
@@ -79,30 +87,37 @@ class CudaLauncher:
     ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None;
     ``warp``: the warp-per-output entry point of variant 1, or None; ``rows``: whether variant 1
     reduces rows, not columns (``kgen.emit.warp_rows``); ``warp_max``: the longest reduced extent
-    that entry point serves (``32 * kgen.emit.warp_cache``)."""
+    that entry point serves (``32 * kgen.emit.warp_cache``) whatever the outputs; ``stream``: a
+    plain row reduction, which a warp per output serves at any extent from ``WARPS_PER_SM``
+    outputs per SM."""
 
     def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None,
-                 warp: Any = None, rows: bool = False, warp_max: int = WARP_MAX):
+                 warp: Any = None, rows: bool = False, warp_max: int = WARP_MAX,
+                 stream: bool = False):
         self.kernels = kernels
         self.vector = vector
         self.warp = warp
         self.rows = rows
         self.warp_max = warp_max
+        self.stream_min = WARPS_PER_SM * sm_count if stream else None
         self.fill = sm_count * 2048 // BLOCK * BLOCK  # threads resident on the whole GPU
 
-    def _by_warp(self, extent: int, narrow: bool) -> bool:
-        """Whether variant 1 runs a warp per output at this ``extent`` and index width."""
-        return self.warp is not None and narrow and extent <= self.warp_max
+    def _by_warp(self, extent: int, narrow: bool, numel: int) -> bool:
+        """Whether variant 1 runs a warp per output at this ``extent``, index width and count of
+        outputs."""
+        return self.warp is not None and narrow and (
+            extent <= self.warp_max or self.stream_min is not None and numel >= self.stream_min)
 
     def width(self, variant: int, numel: int, narrow: bool, out=None, ins=(), extent: int = 0
               ) -> int:
         """Variant 1: outputs per block, ``BLOCK // 32`` (a warp each) where a warp serves the
-        reduced ``extent`` (at most ``warp_max``, 32-bit index), else 1. Variant 0: outputs per
+        reduced ``extent`` (at most ``warp_max``, or any with ``stream`` and enough outputs;
+        32-bit index), else 1. Variant 0: outputs per
         thread, the vectorized entry point's width where it applies (32-bit index, ``numel`` a
         multiple of the width, the output and every input it reads as vectors aligned to a
         vector's bytes; pointers not given are taken as aligned), else 1."""
         if variant:
-            return BLOCK // 32 if self._by_warp(extent, narrow) else 1
+            return BLOCK // 32 if self._by_warp(extent, narrow, numel) else 1
         vec = self.vector
         if vec is None or not narrow or numel % vec.width:
             return 1
@@ -114,7 +129,7 @@ class CudaLauncher:
     def choose(self, numel: int, extent: int, narrow: bool = False) -> int:
         if (1, False) not in self.kernels:
             return 0
-        if self.rows and extent >= WARP_MIN_ROWS and self._by_warp(extent, narrow):
+        if self.rows and extent >= WARP_MIN_ROWS and self._by_warp(extent, narrow, numel):
             return 1
         if extent < 64:
             return 0
