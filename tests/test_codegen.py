@@ -91,7 +91,7 @@ def test_int_params_are_long_long():
                     assert f"long long {name}" in head
                     body = body.replace(f"const long long {name}", "")
                 assert not re.search(r"\b(int|long)\b", body), body
-                group = ", false" if b.cooperative else ""   # W: a block-per-output body's group
+                group = ", 0" if b.cooperative else ""   # G: a block-per-output body's group
                 assert f"{b.name}_body<long long{group}>(" in src
                 assert f"{b.name}_body<int{group}>(" in src
                 assert f'void {b.name}{NARROW}(' in src

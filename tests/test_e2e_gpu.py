@@ -144,15 +144,15 @@ class Rows(torch.nn.Module):
                 torch.log_softmax(x, -1), x.sum(-1), x.amax(-1), x.mean(-1, keepdim=True))
 
 
-@pytest.mark.parametrize("c", [31, 32, 96, 512, 513, 768, 1024, 1025])
+@pytest.mark.parametrize("c", [31, 32, 49, 64, 96, 512, 513, 768, 1024, 1025])
 def test_short_rows_take_a_warp_per_row(c):
-    """Row reductions over contiguous rows of ``c`` elements: one warp per row (``_w``, eight
-    rows per block) from ``launchers.WARP_MIN_ROWS`` to ``launchers.WARP_MAX``, whatever the rows,
+    """Row reductions over contiguous rows of ``c`` elements: a group of lanes per row (``_w``:
+    16 lanes and 16 rows a block up to ``emit.HALF_ROW_MAX``, else a warp and 8 rows) from ``launchers.WARP_MIN_ROWS`` to ``launchers.WARP_MAX``, whatever the rows,
     the block or a thread per row elsewhere; equal to eager either way. The rows are literal, so
     the normalizations and softmaxes (``emit.warp_cache``) take a warp up to
     ``emit.WARP_ROW_MAX``; the sum, amax and mean up to ``launchers.WARP_MAX``, and past it where
     the rows are ``launchers.WARPS_PER_SM`` per SM or more."""
-    from dlcb_lab.kgen.emit import WARP_ROW_MAX
+    from dlcb_lab.kgen.emit import HALF_ROW_MAX, WARP_ROW_MAX
 
     lo = launchers.WARP_MIN_ROWS
     many = launchers.WARPS_PER_SM * torch.cuda.get_device_properties(DEV).multi_processor_count
@@ -168,8 +168,9 @@ def test_short_rows_take_a_warp_per_row(c):
             row = "layer_norm" in s.name or "softmax" in s.name
             warp = lo <= c <= (WARP_ROW_MAX if row else launchers.WARP_MAX) or \
                 not row and lo <= c and s.numel >= many
-            assert s.name.endswith("_blk_w") == warp and (s.width == 8) == warp, s
-            assert not warp or s.grid == -(-s.numel // 8)
+            per = 256 // (16 if c <= HALF_ROW_MAX else 32)
+            assert s.name.endswith("_blk_w") == warp and (s.width == per) == warp, s
+            assert not warp or s.grid == -(-s.numel // per)
         for got, want in zip(cm(x, w, b), m(x, w, b)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 

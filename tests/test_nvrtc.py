@@ -176,5 +176,5 @@ def test_block_row_kernels_compile_in_every_float_dtype(dtype):
     assert src.count("double rs1 = 0, rs2 = 0;") == 1
     assert src.count("rc[RC];") == 3 and src.count("} else {") >= 3
     # a row of runtime extent: the warp keeps as many elements a lane as the block
-    assert src.count(f"constexpr int RC = W ? {ROW_CACHE} : {ROW_CACHE};") == 3
+    assert src.count(f"constexpr int RC = G ? {ROW_CACHE} : {ROW_CACHE};") == 3
     assert compile_cubin(src).startswith(b"\x7fELF")

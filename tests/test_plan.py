@@ -183,14 +183,17 @@ def test_vectorized_entry_points():
     assert ln.geometry(0, 4096, 4) == (4, 256) and ln.geometry(0, 4096) == (16, 256)
 
 
-@pytest.mark.parametrize("c, dynamic, want", [(96, False, 3), (768, False, 24), (1024, False, 32),
-                                              (1025, False, 16), (768, True, 16)])
-def test_warp_cache_follows_a_literal_row(c, dynamic, want):
-    """The warp entry point of a layer norm or softmax row of literal extent keeps
-    ``ceil(c / 32)`` elements a lane (up to ``WARP_ROW_MAX``), a runtime one ``ROW_CACHE``; the
-    launcher serves rows up to ``32 *`` that by warp, and the emitted body sizes ``rc`` by it.
-    A sum keeps no row: ``ROW_CACHE``, so ``WARP_MAX``."""
-    from dlcb_lab.kgen.emit import ROW_CACHE, warp_cache
+@pytest.mark.parametrize("c, dynamic, want, lanes", [
+    (49, False, 4, 16), (64, False, 4, 16), (65, False, 3, 32), (96, False, 3, 32),
+    (768, False, 24, 32), (1024, False, 32, 32), (1025, False, 16, 32), (48, True, 16, 32),
+    (768, True, 16, 32)])
+def test_warp_cache_follows_a_literal_row(c, dynamic, want, lanes):
+    """The warp entry point of a layer norm or softmax row of literal extent runs ``lanes`` per
+    row (16 up to ``HALF_ROW_MAX``, else 32; a runtime extent 32) and keeps ``ceil(c / lanes)``
+    elements a lane (up to ``WARP_ROW_MAX``), a runtime one ``ROW_CACHE``; the launcher serves
+    rows up to ``lanes *`` that by warp, and the emitted body sizes ``rc`` by it and takes
+    ``lanes`` as its template argument ``G``. A sum keeps no row: ``ROW_CACHE``."""
+    from dlcb_lab.kgen.emit import ROW_CACHE, group_lanes, warp_cache
 
     class Rows(torch.nn.Module):
         def forward(self, x):
@@ -200,18 +203,21 @@ def test_warp_cache_follows_a_literal_row(c, dynamic, want):
     blocks = [b.variant for b in infer_kernels(to_ir(Rows(), [torch.randn(2, c)], dyn),
                                                cooperative=True)]
     assert [warp_cache(b) for b in blocks] == [want, want, ROW_CACHE]
+    assert [group_lanes(b) for b in blocks] == [lanes] * 3
     src = cuda_module(blocks[:1], (NARROW, WARP))
-    assert f"constexpr int RC = W ? {want} : {ROW_CACHE};" in src and "rc[RC];" in src
+    assert f"constexpr int RC = G ? {want} : {ROW_CACHE};" in src and "rc[RC];" in src
+    assert f"{blocks[0].name}_body<int, {lanes}>(" in src
 
 
 def test_warp_entry_points():
-    """Every block-per-output kernel has a warp-per-output entry point (``_w``: its body with
-    ``W`` true, 32-bit index) that compiles with NVRTC. ``warp_rows``: no reduced load steps by
+    """Every block-per-output kernel has a warp entry point (``_w``: its body with ``G``, the
+    lanes per output, ``group_lanes``; 32-bit index) that compiles with NVRTC. ``warp_rows``: no reduced load steps by
     more than one element (sum(1) and mean(0) of ``[N, 4, 6]`` do; a div/mod split counts as a
     row). The launcher runs variant 1 as a warp per output, eight per block, up to ``WARP_MAX`` at
     32-bit index (a plain row reduction at any extent, given ``WARPS_PER_SM`` outputs per SM),
     and prefers it to the thread-per-output variant for rows from ``WARP_MIN_ROWS``, whatever the
     outputs."""
+    from dlcb_lab.kgen.emit import group_lanes
     from dlcb_lab.runtime.launchers import (BLOCK, WARP_MAX, WARP_MIN_ROWS, WARPS_PER_SM,
                                             CudaLauncher)
 
@@ -221,7 +227,10 @@ def test_warp_entry_points():
     assert set(coop) - rows == {"dlcb_k0_sum_1_blk", "dlcb_k4_mean_1_blk"}   # strides 6, 24
     src = cuda_module(bodies, (NARROW, WARP))
     for n in coop:
-        assert f"{n}_body<int, true>(" in src and f"{n}_body<int, false>(" in src
+        assert f"{n}_body<int, {group_lanes(coop[n])}>(" in src and f"{n}_body<int, 0>(" in src
+    assert [group_lanes(coop[f"dlcb_k{i}_{n}_blk"]) for i, n in enumerate(
+        ("sum_1", "mean", "amax", "sum_2", "mean_1", "amax_1"))] == [16] * 3 + [32] * 3  # literal
+    # extents of at most HALF_ROW_MAX, then runtime ones
     assert entry_points(bodies, (WARP,)) == [f"{n}{WARP}" for n in coop]
     cubin = compile_cubin(src, arch="sm_90")
     assert all(f"{n}{WARP}".encode() in cubin for n in coop)
@@ -253,6 +262,9 @@ def test_warp_entry_points():
     assert plain.choose(big, 3136, True) == 1 and contiguous.choose(big, 3136, True) == 0
     assert contiguous.geometry(1, 1000, BLOCK // 32) == (125, BLOCK)
     assert contiguous.geometry(1, 1000) == (1000, BLOCK)
+    half = CudaLauncher({(1, False): None}, warp=object(), rows=True, warp_max=64, lanes=16)
+    assert half.choose(few, 49, True) == 1 and half.width(1, few, True, extent=49) == 16
+    assert half.geometry(1, 1000, 16) == (63, BLOCK)
 
 
 def test_abi_order_enforced_and_pack():

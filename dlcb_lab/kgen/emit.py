@@ -366,8 +366,8 @@ class _Cuda(_Printer):
 
     def row_combine(self, kind: RowKind) -> str:
         if kind is RowKind.NORM:
-            return "rs1 = dlcb_group_allsum<W>(rs1); rs2 = dlcb_group_allsum<W>(rs2);"
-        return "dlcb_group_lse<W>(rm, rs);"
+            return "rs1 = dlcb_group_allsum<G>(rs1); rs2 = dlcb_group_allsum<G>(rs2);"
+        return "dlcb_group_lse<G>(rm, rs);"
 
     def row_stats(self, s: RowStats) -> str:
         if s.kind is RowKind.NORM:
@@ -428,7 +428,7 @@ class _Cuda(_Printer):
         ty = s.acc.ctype
         fn = "dlcb_sum_op()" if s.red.combine is Combine.SUM else "dlcb_max_op()"
         init = _init(s.red, s.acc, self.literal)
-        return f"{s.name} = dlcb_group_reduce<W, {ty}>({s.name}, ({ty}){init}, {fn});"
+        return f"{s.name} = dlcb_group_reduce<G, {ty}>({s.name}, ({ty}){init}, {fn});"
 
     def store(self, value: str) -> str:
         return f"{'if (lane == 0) ' if self.k.cooperative else ''}out[t] = {value};"
@@ -480,17 +480,36 @@ def caches_row(k: KernelBody) -> bool:
     return any(isinstance(s, RowInit) for s in k.stmts)
 
 
+HALF_ROW_MAX = 64
+"""Longest literal reduced extent whose warp entry point runs 16 lanes per output, two outputs a
+warp (``group_lanes``): 32 lanes per row of 49 (Swin-T's window softmax) held one or two elements
+each, 67 % of a device copy's rate on the H100, where eager's kernel does two rows a warp."""
+
+
+def _literal_extent(k: KernelBody) -> int | None:
+    """The reduced extent of block-per-output kernel ``k`` where it is a literal, else None."""
+    loop = next((s for s in k.stmts if isinstance(s, Loop)), None)
+    return int(loop.extent) if loop is not None and loop.extent.isdigit() else None
+
+
+def group_lanes(k: KernelBody) -> int:
+    """Lanes per output of the warp entry point of block-per-output kernel ``k`` (its template
+    argument ``G``): 16 where the reduced extent is a literal up to ``HALF_ROW_MAX``, else 32."""
+    e = _literal_extent(k)
+    return 16 if e is not None and e <= HALF_ROW_MAX else 32
+
+
 def warp_cache(k: KernelBody) -> int:
     """Row elements per lane the warp entry point of block-per-output kernel ``k`` keeps in
     registers: for a normalization or softmax row (``_row_passes`` caches those) of literal
-    extent ``E`` up to ``WARP_ROW_MAX``, ``ceil(E / 32)`` (no unrolled stride past the row's
-    end), else ``ROW_CACHE``; ``32 * warp_cache(k)`` is the longest reduced extent its launcher
-    runs as a warp per output whatever the outputs (a plain row reduction takes a warp at any
-    extent where the outputs are many: ``runtime.launchers.WARPS_PER_SM``)."""
-    loop = next((s for s in k.stmts if isinstance(s, Loop)), None)
-    if loop is not None and caches_row(k) and loop.extent.isdigit() and \
-            int(loop.extent) <= WARP_ROW_MAX:
-        return max(1, -(-int(loop.extent) // 32))
+    extent ``E`` up to ``WARP_ROW_MAX``, ``ceil(E / group_lanes(k))`` (no unrolled stride past
+    the row's end), else ``ROW_CACHE``; ``group_lanes(k) * warp_cache(k)`` is the longest
+    reduced extent its launcher runs as a warp entry point whatever the outputs (a plain row
+    reduction takes one at any extent where the outputs are many:
+    ``runtime.launchers.WARPS_PER_SM``)."""
+    e = _literal_extent(k)
+    if e is not None and caches_row(k) and e <= WARP_ROW_MAX:
+        return max(1, -(-e // group_lanes(k)))
     return ROW_CACHE
 
 
@@ -548,8 +567,8 @@ class _CudaRowCached(_Cuda):
         t, keep = self.acc.ctype, kind is RowKind.SOFTMAX
         body = [f"{{ const {t} e = {self.exp}(rc[k] - rm); rs += e;"
                 + (" rc[k] = e;" if keep else "") + " }"]
-        return [f"{ind}rm = dlcb_group_allmax<W>(rm);"] + self.cached_loop(body, ind) + \
-            [f"{ind}rs = dlcb_group_allsum<W>(rs);"]
+        return [f"{ind}rm = dlcb_group_allmax<G>(rm);"] + self.cached_loop(body, ind) + \
+            [f"{ind}rs = dlcb_group_allsum<G>(rs);"]
 
     def stmt(self, s) -> str:
         if isinstance(s, RowAccumulate) and s.kind is not RowKind.NORM:
@@ -572,7 +591,7 @@ def _row_passes(k: KernelBody, ind: str) -> list[str]:
         return plain.block(k.stmts, ind)
     head, inner = plain.block(k.stmts[:first], ind), ind + "  "
     cached = _CudaRowCached(k, init.kind, plain.acc)
-    return head + [f"{ind}constexpr int RC = W ? {warp_cache(k)} : {ROW_CACHE};",
+    return head + [f"{ind}constexpr int RC = G ? {warp_cache(k)} : {ROW_CACHE};",
                    f"{ind}if ({k.stmts[first].extent} <= RC * gsize) {{",
                    f"{inner}{cached.rc_type} rc[RC];"] + \
         cached.block(k.stmts[first:], inner) + [f"{ind}}} else {{"] + \
@@ -603,7 +622,8 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     (64-bit index arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the
     launcher uses it when every index bound fits); ``name_v`` (a 32-bit vectorized body) and
     ``name_w`` (a block-per-output body run by one warp per output). A block-per-output body is
-    also a template over ``W``, its group of threads per output: the block or one warp."""
+    also a template over ``G``, its group of threads per output: the block (0) or ``G`` lanes of
+    a warp (``group_lanes``)."""
     a = abi(k)
     alias = {f"in{i}" for i in in_place_inputs(k)}
     alias |= {"out"} if alias else set()
@@ -615,14 +635,15 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     head = _header(k, "//")
     params = bufs + [f"const {'long long' if n in wide else 'I'} {n}" for n in ints]
     if k.cooperative:
-        head.append("// one group of threads per output element (W: a warp, else the block); "
-                    "the group's threads split the reduction")
-        lines = head + ["template <typename I, bool W>",
+        head.append("// one group of threads per output element (G > 0: G lanes of a warp, else "
+                    "the block); the group's threads split the reduction")
+        lines = head + ["template <typename I, unsigned G>",
                         f"__device__ __forceinline__ void {k.name}_body({', '.join(params)}) {{",
-                        "  const unsigned lane = W ? threadIdx.x & 31 : threadIdx.x;",
-                        "  const unsigned gsize = W ? 32u : blockDim.x;   // threads per group",
-                        "  const I per = W ? (I)(blockDim.x >> 5) : (I)1;   // outputs per block",
-                        "  for (I t = (I)blockIdx.x * per + (W ? (I)(threadIdx.x >> 5) : (I)0); "
+                        "  constexpr unsigned L = G ? G : 1;   // a group's lanes in one warp",
+                        "  const unsigned lane = G ? threadIdx.x % L : threadIdx.x;",
+                        "  const unsigned gsize = G ? G : blockDim.x;   // threads per group",
+                        "  const I per = G ? (I)(blockDim.x / L) : (I)1;   // outputs per block",
+                        "  for (I t = (I)blockIdx.x * per + (G ? (I)(threadIdx.x / L) : (I)0); "
                         "t < numel; t += (I)gridDim.x * per) {"]
     else:
         head.append("// one thread per output element")
@@ -642,7 +663,7 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
         args = ", ".join(names + [n if ty == "long long" or n in wide else f"(int){n}"
                                   for n in ints])
         body = "_vbody" if suffix == VECTOR else "_body"
-        targs = f"{ty}, {'true' if suffix == WARP else 'false'}" if k.cooperative else ty
+        targs = f"{ty}, {group_lanes(k) if suffix == WARP else 0}" if k.cooperative else ty
         lines += [f'extern "C" __global__ void {k.name}{suffix}({sig}) {{',
                   f"  {k.name}{body}<{targs}>({args});", "}"]
     return "\n".join(lines)

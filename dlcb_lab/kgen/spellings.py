@@ -139,13 +139,21 @@ __device__ __forceinline__ void dlcb_lse_merge(T& m, T& s, T m2, T s2) {
   if (m2 == -INFINITY) return;
   if (m2 > m) { s = s * dlcb_exp(m - m2) + s2; m = m2; } else { s += s2 * dlcb_exp(m2 - m); }
 }
-// The threads that compute one output together, a group: the block (W false; blockDim.x a
-// multiple of 32, every thread present) or one warp (W true).
+// The threads that compute one output together, a group: the block (G 0; blockDim.x a
+// multiple of 32, every thread present) or G consecutive lanes of one warp (G 16 or 32: a warp
+// holds 32 / G groups, each shuffling within its own lanes; a group may finish its outputs
+// before its neighbour does).
+template <unsigned G> __device__ __forceinline__ unsigned dlcb_group_mask() {
+  if constexpr (G == 0 || G == 32) return 0xffffffffu;
+  else return ((1u << G) - 1u) << (threadIdx.x & (32u - G));
+}
 // Reduce v over the group; valid in its first thread.
-template <bool W, typename T, typename F>
+template <unsigned G, typename T, typename F>
 __device__ __forceinline__ T dlcb_group_reduce(T v, T init, F f) {
-  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_down_sync(0xffffffffu, v, o));
-  if constexpr (!W) {
+  constexpr unsigned L = G ? G : 32;
+  const unsigned mask = dlcb_group_mask<G>();
+  for (int o = L / 2; o > 0; o >>= 1) v = f(v, __shfl_down_sync(mask, v, o, L));
+  if constexpr (G == 0) {
     __shared__ T smem[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads();  // smem may still be read by the previous output's reduction
@@ -159,9 +167,9 @@ __device__ __forceinline__ T dlcb_group_reduce(T v, T init, F f) {
   return v;
 }
 // v from the group's first thread to every thread of the group.
-template <bool W, typename T> __device__ __forceinline__ T dlcb_group_broadcast(T v) {
-  if constexpr (W) {
-    return __shfl_sync(0xffffffffu, v, 0);
+template <unsigned G, typename T> __device__ __forceinline__ T dlcb_group_broadcast(T v) {
+  if constexpr (G != 0) {
+    return __shfl_sync(dlcb_group_mask<G>(), v, 0, G);
   } else {
     __shared__ T b;
     __syncthreads();  // b may still be read by the previous row
@@ -170,19 +178,21 @@ template <bool W, typename T> __device__ __forceinline__ T dlcb_group_broadcast(
     return b;
   }
 }
-template <bool W, typename T> __device__ __forceinline__ T dlcb_group_allsum(T v) {
-  return dlcb_group_broadcast<W>(dlcb_group_reduce<W, T>(v, T(0), dlcb_sum_op()));
+template <unsigned G, typename T> __device__ __forceinline__ T dlcb_group_allsum(T v) {
+  return dlcb_group_broadcast<G>(dlcb_group_reduce<G, T>(v, T(0), dlcb_sum_op()));
 }
-template <bool W, typename T> __device__ __forceinline__ T dlcb_group_allmax(T v) {
-  return dlcb_group_broadcast<W>(dlcb_group_reduce<W, T>(v, T(-INFINITY), dlcb_max_op()));
+template <unsigned G, typename T> __device__ __forceinline__ T dlcb_group_allmax(T v) {
+  return dlcb_group_broadcast<G>(dlcb_group_reduce<G, T>(v, T(-INFINITY), dlcb_max_op()));
 }
 // (m, s) combined over the group with dlcb_lse_merge; every thread of it gets the result.
-template <bool W, typename T> __device__ __forceinline__ void dlcb_group_lse(T& m, T& s) {
-  for (int o = 16; o > 0; o >>= 1)
-    dlcb_lse_merge(m, s, __shfl_down_sync(0xffffffffu, m, o), __shfl_down_sync(0xffffffffu, s, o));
-  if constexpr (W) {
-    m = __shfl_sync(0xffffffffu, m, 0);
-    s = __shfl_sync(0xffffffffu, s, 0);
+template <unsigned G, typename T> __device__ __forceinline__ void dlcb_group_lse(T& m, T& s) {
+  constexpr unsigned L = G ? G : 32;
+  const unsigned mask = dlcb_group_mask<G>();
+  for (int o = L / 2; o > 0; o >>= 1)
+    dlcb_lse_merge(m, s, __shfl_down_sync(mask, m, o, L), __shfl_down_sync(mask, s, o, L));
+  if constexpr (G != 0) {
+    m = __shfl_sync(mask, m, 0, G);
+    s = __shfl_sync(mask, s, 0, G);
   } else {
     __shared__ T sm[32], ss[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

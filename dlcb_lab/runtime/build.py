@@ -24,8 +24,8 @@ import torch
 
 from ..kgen.abi import abi
 from ..kgen.emit import (NARROW, VECTOR, WARP, all_variants, caches_row, cuda_kernel,
-                         cuda_module, entry_points, numba_kernel, numba_module, signature,
-                         vector_loads, vector_width, warp_cache, warp_rows)
+                         cuda_module, entry_points, group_lanes, numba_kernel, numba_module,
+                         signature, vector_loads, vector_width, warp_cache, warp_rows)
 from ..kgen.kir import KernelBody
 from .launchers import CpuLauncher, CudaLauncher, Vector
 
@@ -142,17 +142,18 @@ def _vector(k: KernelBody, mod) -> Vector | None:
                   w * k.dtype.torch.itemsize)
 
 
-def _warp(k: KernelBody, mod) -> tuple[Any, bool, int, bool]:
-    """The warp-per-output entry point of ``k``'s block-per-output variant in ``mod`` (or None),
-    whether that variant reduces rows, not columns (``warp_rows``), the longest reduced extent
-    the entry point serves whatever the outputs (``warp_cache`` elements a lane), and whether it
-    is a plain row reduction (rows, ``caches_row`` false: ``CudaLauncher``'s ``stream``)."""
+def _warp(k: KernelBody, mod) -> tuple[Any, bool, int, bool, int]:
+    """The warp entry point of ``k``'s block-per-output variant in ``mod`` (or None), whether
+    that variant reduces rows, not columns (``warp_rows``), the longest reduced extent the entry
+    point serves whatever the outputs (``warp_cache`` elements a lane), whether it is a plain row
+    reduction (rows, ``caches_row`` false: ``CudaLauncher``'s ``stream``), and its lanes per
+    output (``group_lanes``)."""
     v = k.variant
     if v is None:
-        return None, False, 0, False
-    rows = warp_rows(v)
-    return mod.kernel(v.name + WARP, signature(v)), rows, 32 * warp_cache(v), \
-        rows and not caches_row(v)
+        return None, False, 0, False, 32
+    rows, lanes = warp_rows(v), group_lanes(v)
+    return mod.kernel(v.name + WARP, signature(v)), rows, lanes * warp_cache(v), \
+        rows and not caches_row(v), lanes
 
 
 def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:

@@ -87,14 +87,16 @@ class CudaLauncher:
     ``vector``: the vectorized entry point of variant 0 and what it needs (``Vector``), or None;
     ``warp``: the warp-per-output entry point of variant 1, or None; ``rows``: whether variant 1
     reduces rows, not columns (``kgen.emit.warp_rows``); ``warp_max``: the longest reduced extent
-    that entry point serves (``32 * kgen.emit.warp_cache``) whatever the outputs; ``stream``: a
+    that entry point serves (``lanes * kgen.emit.warp_cache``) whatever the outputs; ``stream``: a
     plain row reduction, which a warp per output serves at any extent from ``WARPS_PER_SM``
-    outputs per SM."""
+    outputs per SM; ``lanes``: the warp entry point's lanes per output
+    (``kgen.emit.group_lanes``)."""
 
     def __init__(self, kernels: dict, sm_count: int = 132, vector: "Vector | None" = None,
                  warp: Any = None, rows: bool = False, warp_max: int = WARP_MAX,
-                 stream: bool = False):
+                 stream: bool = False, lanes: int = 32):
         self.kernels = kernels
+        self.lanes = lanes
         self.vector = vector
         self.warp = warp
         self.rows = rows
@@ -110,14 +112,15 @@ class CudaLauncher:
 
     def width(self, variant: int, numel: int, narrow: bool, out=None, ins=(), extent: int = 0
               ) -> int:
-        """Variant 1: outputs per block, ``BLOCK // 32`` (a warp each) where a warp serves the
+        """Variant 1: outputs per block, ``BLOCK // lanes`` (a group of lanes each) where the warp
+        entry point serves the
         reduced ``extent`` (at most ``warp_max``, or any with ``stream`` and enough outputs;
         32-bit index), else 1. Variant 0: outputs per
         thread, the vectorized entry point's width where it applies (32-bit index, ``numel`` a
         multiple of the width, the output and every input it reads as vectors aligned to a
         vector's bytes; pointers not given are taken as aligned), else 1."""
         if variant:
-            return BLOCK // 32 if self._by_warp(extent, narrow, numel) else 1
+            return BLOCK // self.lanes if self._by_warp(extent, narrow, numel) else 1
         vec = self.vector
         if vec is None or not narrow or numel % vec.width:
             return 1
