@@ -621,9 +621,9 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
     has (``entry_suffixes``), an entry point with the same ``long long`` parameters: ``name``
     (64-bit index arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the
     launcher uses it when every index bound fits); ``name_v`` (a 32-bit vectorized body) and
-    ``name_w`` (a block-per-output body run by one warp per output). A block-per-output body is
-    also a template over ``G``, its group of threads per output: the block (0) or ``G`` lanes of
-    a warp (``group_lanes``)."""
+    ``name_w`` (a block-per-output body run by ``group_lanes`` lanes of a warp per output). A
+    block-per-output body is also a template over ``G``, its group of threads per output: the
+    block (0) or ``G`` lanes of a warp."""
     a = abi(k)
     alias = {f"in{i}" for i in in_place_inputs(k)}
     alias |= {"out"} if alias else set()
