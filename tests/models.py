@@ -140,6 +140,20 @@ class Pools(nn.Module):
         return torch.relu(y) + 1.0
 
 
+class Windows(nn.Module):
+    """Windows over runtime H and W: a 7x7 depthwise convolution (generated in NHWC), a 3x3
+    average pool, a ceil-mode max pool, and the global mean (one flat loop over H*W)."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+
+    def forward(self, x):
+        y = self.dw(x)
+        y = F.avg_pool2d(y, 3, 1, 1) + F.max_pool2d(y, 3, 1, 1)
+        return F.max_pool2d(y, 3, 2, ceil_mode=True), y.mean((2, 3))
+
+
 @dataclass(frozen=True)
 class Case:
     name: str

@@ -26,7 +26,9 @@ from dlcb_lab.kgen.emit import (NARROW, VECTOR, cuda_kernel, cuda_module, numba_
 from dlcb_lab.kgen.emit import all_variants, entry_points
 from dlcb_lab.runtime.nvrtc import compile_cubin
 
-from models import BY_NAME, CASES, NanProp
+from dlcb_lab.kgen.kir import Loop
+
+from models import BY_NAME, CASES, NanProp, Windows
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 
@@ -191,6 +193,59 @@ def test_golden_batch_reduction():
     _, bodies = build(BY_NAME["mixed"])
     red = next(b for b in bodies if b.coord_map.loops)
     _golden("mixed_batch_sum.cu", cuda_kernel(red) + "\n")
+
+
+# --- window loops -----------------------------------------------------------------------------------
+
+class SumHW(torch.nn.Module):
+    def forward(self, x):        # NHWC: H and W adjacent
+        return x.sum((1, 2))
+
+
+class SumCW(torch.nn.Module):
+    def forward(self, x):        # NCHW: C and W apart
+        return x.sum((1, 3))
+
+
+def _nest(stmts) -> list:
+    return [(s.extent, _nest(s.body)) for s in stmts if isinstance(s, Loop)]
+
+
+def test_runtime_window_is_one_flat_loop():
+    """A window of runtime extents over contiguous elements is one loop over their product (no
+    nest with a runtime inner extent the compiler cannot unroll); a window whose elements are
+    apart stays a nest (flat, it would divide the loop variable)."""
+    g = to_ir(SumHW(), [torch.randn(2, 5, 6, 8)], {0: {1: "H", 2: "W"}})
+    (ext, inner), = _nest(infer_kernels(g, cooperative=True)[0].stmts)
+    assert not ext.isdigit() and inner == []
+    g = to_ir(SumCW(), [torch.randn(2, 5, 6, 8)], {0: {1: "C", 3: "W"}})
+    assert _nest(infer_kernels(g, cooperative=True)[0].stmts) == [("d_C", [("d_W", [])])]
+    for m, dyn, sizes in ((SumHW(), {0: {1: "H", 2: "W"}}, ((5, 6, 8), (1, 1, 8), (7, 2, 8), (0, 3, 8))),
+                          (SumCW(), {0: {1: "C", 3: "W"}}, ((5, 6, 8), (1, 6, 1), (7, 6, 2), (0, 6, 3)))):
+        cm = dl.compile(m, torch.randn(2, 5, 6, 8), dynamic=dyn, backend="cpu")
+        for size in sizes:
+            x = torch.randn(2, *size)
+            torch.testing.assert_close(cm(x), m(x))
+
+
+def test_literal_window_terms_before_fold():
+    """A thread's literal inner window loop computes its terms into a register array, then folds
+    them; a masked term is the combine's identity (0, or -inf for a max). One dynamic compile
+    matches eager on CPU at several H, W."""
+    m = Windows().eval()
+    cm = dl.compile(m, torch.randn(2, 8, 9, 11), dynamic={0: {0: "N", 2: "H", 3: "W"}},
+                    backend="cpu")
+    for shape in ((2, 8, 9, 11), (1, 8, 3, 3), (3, 8, 14, 14), (1, 8, 4, 3)):
+        x = torch.randn(shape)
+        for a, b in zip(cm(x), m(x)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    bodies = [k.body for k in cm.pipeline.kernels]
+    src = {b.name: cuda_kernel(b) for b in bodies}
+    conv = next(v for k, v in src.items() if "conv2d" in k)
+    assert "float l1v[7];" in conv and "acc1 += l1v[l1];" in conv
+    maxes = [v for k, v in src.items() if "max_pool" in k and "l1v[" in v]
+    assert len(maxes) == 2 and all("? v" in v and ": ((float)(-INFINITY)));" in v for v in maxes)
+    assert is_cubin(compile_cubin(cuda_module(bodies), arch="sm_90"))
 
 
 # --- host program: interpreter == compiled function ----------------------------------------------------

@@ -18,7 +18,7 @@ from dlcb_lab.runtime.build import distinct
 from dlcb_lab.runtime import launchers, thunks as thunks_mod
 
 from harness import Compiled, Spy, check_eager, check_nan_propagation, force_launch
-from models import BY_NAME, CASES, CHAIN_OPS, Affine, Chain
+from models import BY_NAME, CASES, CHAIN_OPS, Affine, Chain, Windows
 
 pytestmark = pytest.mark.gpu
 
@@ -64,6 +64,21 @@ def test_16bit(compiled, case, dtype):
     cm = compiled.get(case, dtype=dtype)
     for n in (1, 7, 1000):
         check_eager(case, cm, case.inputs(n, device=DEV, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_windows_over_runtime_extents(dtype):
+    """Window kernels (terms before their fold, the global mean one flat loop) from one dynamic
+    compile against eager at several H, W."""
+    m = Windows().to(DEV, dtype).eval()
+    cm = dl.compile(m, torch.randn(2, 8, 9, 11, device=DEV, dtype=dtype),
+                    dynamic={0: {0: "N", 2: "H", 3: "W"}})
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    for shape in ((2, 8, 9, 11), (1, 8, 3, 3), (3, 8, 14, 14), (1, 8, 56, 56), (8, 8, 7, 5)):
+        x = torch.randn(shape, device=DEV, dtype=dtype)
+        for a, b in zip(cm(x), m(x)):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert cm.stats()["compiles"] == 1
 
 
 def test_float64(compiled):

@@ -172,13 +172,14 @@ class _Printer:
         out = []
         for s in stmts:
             if isinstance(s, Loop):
-                out += [ind + p for p in self.loop_pragmas(s)]
-                out.append(ind + self.loop_head(s))
-                out += self.block(s.body, ind + self.indent)
-                out += [ind + self.loop_tail] if self.loop_tail else []
+                out += self.loop(s, ind)
             else:
                 out.append(ind + self.stmt(s))
         return out
+
+    def loop(self, s: Loop, ind: str) -> list[str]:
+        return [ind + p for p in self.loop_pragmas(s)] + [ind + self.loop_head(s)] + \
+            self.block(s.body, ind + self.indent) + ([ind + self.loop_tail] if self.loop_tail else [])
 
     @singledispatchmethod
     def stmt(self, s) -> str:  # pragma: no cover
@@ -433,6 +434,26 @@ class _Cuda(_Printer):
     def store(self, value: str) -> str:
         return f"{'if (lane == 0) ' if self.k.cooperative else ''}out[t] = {value};"
 
+    def loop(self, s: Loop, ind: str) -> list[str]:
+        """As the base, except a window: a thread's inner loop of literal extent at most
+        ``SPLIT_MAX`` that ends in its one accumulation runs as two unrolled loops, the first
+        computing every term into a register array, the second folding them in. With the terms
+        and the fold interleaved, ptxas issued each predicated load after the previous term's
+        double add (convnext_tiny's 7x7 depthwise convolution over runtime H and W on an H100:
+        8.6 us, the static kernel 5.9; terms first, 6.2)."""
+        fold = _split_fold(s)
+        if fold is None:
+            return super().loop(s, ind)
+        acc, ty = fold
+        terms, inner = f"{s.var}v", ind + self.indent
+        term = self.ternary(acc.pred, acc.value, _init(acc.red, ty.reg, self.literal)) \
+            if acc.pred else acc.value   # the combine's identity where the term is masked
+        head = [f"{ind}#pragma unroll", ind + self.loop_head(s)]
+        return ([f"{ind}{ty.reg.ctype} {terms}[{s.extent}];"] + head +
+                self.block(s.body[:-1], inner) + [f"{inner}{terms}[{s.var}] = {term};", ind + "}"] +
+                head + [inner + self.stmt(replace(acc, value=f"{terms}[{s.var}]", pred="")),
+                        ind + "}"])
+
     def loop_pragmas(self, s: Loop) -> list[str]:
         """A block's strided loop over a reduced range is unrolled 4 times, so a thread may have
         four loads in flight (the H200's layer norm row kernel: 105 -> 87 us at 205 MB; the
@@ -443,6 +464,25 @@ class _Cuda(_Printer):
         if s.cooperative:
             return f"for (I {s.var} = lane; {s.var} < {s.extent}; {s.var} += gsize) {{"
         return f"for (I {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
+
+
+SPLIT_MAX = 16
+"""Longest literal inner loop ``_Cuda.loop`` splits into terms and their fold."""
+
+
+def _split_fold(s: Loop) -> tuple[Accumulate, DType] | None:
+    """The accumulation ending ``s`` and its term's dtype, where ``_Cuda.loop`` splits ``s``."""
+    if s.cooperative or not s.extent.isdigit() or int(s.extent) > SPLIT_MAX or not s.body:
+        return None
+    acc, rest = s.body[-1], s.body[:-1]
+    if not isinstance(acc, Accumulate) or any(
+            isinstance(b, (Loop, Accumulate, StoreAt)) for b in rest):
+        return None
+    ty = next((b.dtype for b in rest if isinstance(b, (Load, Select, Compute))
+               and b.name == acc.value), None)
+    if ty is None or acc.pred and not (ty.is_float or acc.red.combine is Combine.SUM):
+        return None   # no identity to stand for a masked integer max's term
+    return acc, ty
 
 
 class _CudaVector(_Cuda):
