@@ -453,7 +453,8 @@ def transform_kind(node, coords, ins, loop_names) -> str:
                                              for c, o in zip(cs, tail))
         return "broadcast→0" if bcast else "identity"
     if kind is OpKind.REDUCE:   # a window mixes output coordinates and loop variables
-        mixed = any(c.free_vars & loop_names and c.free_vars - loop_names for c in cs)
+        mixed = any(c.free_vars & loop_names and any(v.startswith("_") for v in c.free_vars - loop_names)
+                    for c in cs)   # kernel-internal names start with "_", dims' never do
         return "window" if mixed else "reduce loop"
     return _TRANSFORM_KINDS.get(node.op.name) or _TRANSFORM_KINDS.get(kind.value, kind.value)
 
