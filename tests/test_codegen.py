@@ -9,12 +9,14 @@ Regenerate the golden files with ``DLCB_UPDATE_GOLDEN=1``.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import pathlib
 import random
 import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import dlcb_lab as dl
 from dlcb_lab.bridge.aten import to_ir
@@ -26,7 +28,7 @@ from dlcb_lab.kgen.emit import (NARROW, VECTOR, cuda_kernel, cuda_module, numba_
 from dlcb_lab.kgen.emit import all_variants, entry_points
 from dlcb_lab.runtime.nvrtc import compile_cubin
 
-from dlcb_lab.kgen.kir import Loop
+from dlcb_lab.kgen.kir import Load, Loop
 
 from models import BY_NAME, CASES, NanProp, Windows
 
@@ -246,6 +248,31 @@ def test_literal_window_terms_before_fold():
     maxes = [v for k, v in src.items() if "max_pool" in k and "l1v[" in v]
     assert len(maxes) == 2 and all("? v" in v and ": ((float)(-INFINITY)));" in v for v in maxes)
     assert is_cubin(compile_cubin(cuda_module(bodies), arch="sm_90"))
+
+
+class BiasPool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(x + self.b[:, None, None]), 3, 2, ceil_mode=True)
+
+
+def test_window_reads_its_bias_once_unguarded():
+    """Under a ceil-mode window's guard, a read the bounds prove in range (the bias, at the
+    output's channel) is neither guarded nor repeated per tap: one load before the loop."""
+    m = BiasPool()
+    cm = dl.compile(m, torch.randn(2, 4, 9, 9), dynamic={0: {2: "H", 3: "W"}}, backend="cpu")
+    for hw in ((9, 9), (3, 4), (10, 7), (16, 16)):
+        x = torch.randn(2, 4, *hw)
+        torch.testing.assert_close(cm(x), m(x))
+    k, = [k.body for k in cm.pipeline.kernels]
+    bias = next(i for i, v in enumerate(k.inputs) if v.rank < 4)
+    loads = [s for s in k.stmts if isinstance(s, Load) and s.buf == bias]
+    assert len(loads) == 1 and not loads[0].pred
+    loop = next(s for s in k.stmts if isinstance(s, Loop))
+    assert f"in{bias}[" not in cuda_kernel(replace(k, stmts=(loop,)))
 
 
 # --- host program: interpreter == compiled function ----------------------------------------------------

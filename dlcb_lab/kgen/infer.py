@@ -205,6 +205,15 @@ class _Builder:
             coords = [u if c is e else c for c in coords]
         return coords
 
+    def within(self, coords: list[Expr], v: Value) -> bool:
+        """Whether the bounds prove ``coords`` inside ``v``'s dims whatever the guard in force
+        (a guarded window's bias, read at the output's channel): such a load needs no guard."""
+        for c, d in zip(coords, self.g.dims(v)):
+            lo, hi = lower(c, self.bounds), upper(c, self.bounds)
+            if lo is None or hi is None or not (nonneg(lo) and nonneg(d - 1 - hi)):
+                return False
+        return True
+
     def gathered(self, idx: Value, coords: list[Expr], extent: Expr) -> Var:
         """A coordinate variable holding ``idx`` at ``coords`` (in ``[0, extent)``: the host checks
         the index tensor before launch)."""
@@ -232,8 +241,15 @@ class _Builder:
         if hit is not None:
             return hit
         free = frozenset().union(*(c.free_vars for c in coords)) if coords else frozenset()
+        leaf = v.producer is None or (v.id in self.mat and v is not self.root)
+        if leaf and self.pred and not free & self.loop_names and self.within(coords, v):
+            saved, self.pred = self.pred, ""   # read unguarded, once outside the loop
+            try:
+                return self.value(v, coords)
+            finally:
+                self.pred = saved
         free |= self.pred_vars[self.pred]
-        if v.producer is None or (v.id in self.mat and v is not self.root):
+        if leaf:
             buf = self.inputs.setdefault(v.id, len(self.inputs))
             if buf == len(self.in_values):
                 self.in_values.append(v)
