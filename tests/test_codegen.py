@@ -275,6 +275,19 @@ def test_window_reads_its_bias_once_unguarded():
     assert f"in{bias}[" not in cuda_kernel(replace(k, stmts=(loop,)))
 
 
+class CatPad(torch.nn.Module):
+    def forward(self, x, y):
+        return F.pad(torch.cat([x, y], 1), (1, 1)) * 2
+
+
+def test_guarded_reads_keep_their_guard():
+    """A read through a narrowed coordinate (cat's second input at ``c - 3``, pad's ``w - 1``)
+    is in range only where its guard holds: it stays guarded."""
+    g = to_ir(CatPad(), [torch.randn(2, 3, 4), torch.randn(2, 5, 4)], {0: {0: "N"}, 1: {0: "N"}})
+    loads = [s for s in infer_kernels(g)[0].stmts if isinstance(s, Load)]
+    assert len(loads) == 2 and all(ld.pred for ld in loads)
+
+
 # --- host program: interpreter == compiled function ----------------------------------------------------
 
 class Reshape4(torch.nn.Module):

@@ -65,6 +65,7 @@ class _Builder:
         self.via: list[tuple[tuple[str, str], ...]] = []   # per load: ``path`` when it was made
         self.temps: list[str] = []               # per load: its Load statement's name
         self.loop_names: set[str] = set()
+        self.narrow_names: set[str] = set()      # coordinates bounded only where a guard holds
         self.index_exprs: list[Expr] = []
         self.n = 0
         self.outer = _Scope([])
@@ -200,6 +201,7 @@ class _Builder:
             self.bounds[u.name] = gd.hi
             self.coord_defs[u] = self.simplify(e.subs(self.coord_defs))
             self.coord_names.add(u.name)
+            self.narrow_names.add(u.name)
             if e.free_vars & self.loop_names:   # defined per loop iteration: code using u too
                 self.loop_names.add(u.name)
             coords = [u if c is e else c for c in coords]
@@ -207,7 +209,8 @@ class _Builder:
 
     def within(self, coords: list[Expr], v: Value) -> bool:
         """Whether the bounds prove ``coords`` inside ``v``'s dims whatever the guard in force
-        (a guarded window's bias, read at the output's channel): such a load needs no guard."""
+        (a guarded window's bias, read at the output's channel): such a load needs no guard.
+        ``coords`` must not hold a narrowed coordinate, whose bound holds under its guard only."""
         for c, d in zip(coords, self.g.dims(v)):
             lo, hi = lower(c, self.bounds), upper(c, self.bounds)
             if lo is None or hi is None or not (nonneg(lo) and nonneg(d - 1 - hi)):
@@ -242,7 +245,8 @@ class _Builder:
             return hit
         free = frozenset().union(*(c.free_vars for c in coords)) if coords else frozenset()
         leaf = v.producer is None or (v.id in self.mat and v is not self.root)
-        if leaf and self.pred and not free & self.loop_names and self.within(coords, v):
+        if leaf and self.pred and not free & (self.loop_names | self.narrow_names) and \
+                self.within(coords, v):
             saved, self.pred = self.pred, ""   # read unguarded, once outside the loop
             try:
                 return self.value(v, coords)
