@@ -5,16 +5,19 @@ runtime dims); every variable is ``>= 0``. Variables without a bound are runtime
 non-negative symbols. ``upper``/``lower`` give symbolic inclusive extremes over the coordinates;
 ``nonneg`` proves a polynomial non-negative when its constant and every coefficient are and every
 monomial is (variables and ``%`` are non-negative; ``a // d`` has the sign of ``a``, so it is not
-non-negative by itself). Proofs are sound, not complete: an unprovable fact simply keeps the
+non-negative by itself), or when it is with each negative quotient term ``c*(x // k)`` bounded
+below by ``c*x/k``. Proofs are sound, not complete: an unprovable fact simply keeps the
 operation.
 
 Symbolic divisors. A runtime dim may be 0 (an empty batch), so a divisor over runtime dims gets no
 bound, and no rewrite uses it, unless ``positive`` proves it ``>= 1``. The proof rests on the
 bounds themselves: a coordinate ``0 <= v < b[v]`` exists only where ``b[v] >= 1``, so every bound is
 a *witness* ``>= 1``, and so is each factor of a monomial bound ``k*f1*...*fn`` (``k > 0``, factors
-non-negative: a product ``>= 1`` of non-negative integers has no factor 0). kgen's thread index is
-bounded by the element count ``N*C*H*W``, so each dim of the output is a witness; a kernel whose
-index arithmetic has a zero extent has no elements and is not launched (README). ``positive(d)``
+non-negative: a product ``>= 1`` of non-negative integers has no factor 0), and ``n - k + 1`` for a
+witness ``n // k`` (``k`` a positive literal: a pool's output extent ``(H + 1) // 2`` makes ``H``
+one). kgen's thread index is bounded by the element count ``N*C*H*W``, so each dim of the output
+is a witness; a kernel whose index arithmetic has a zero extent has no elements and is not
+launched (README). ``positive(d)``
 holds for a literal ``>= 1``, for ``d >= w`` with ``w`` a witness or 1 (``nonneg(d - w)``), for a
 product of positive factors, a sum whose coefficients share a factor ``g > 1`` where the sum over
 ``g`` is positive (``256*W - 256``), a non-negative sum with a positive term, and ``n // k`` with
@@ -42,12 +45,29 @@ def nonneg(e: Expr) -> bool:
     if isinstance(e, Lit):
         return e.value >= 0
     if isinstance(e, Sum):
-        return e.const >= 0 and all(c > 0 and nonneg(m) for m, c in e.terms)
+        return e.const >= 0 and all(c > 0 and nonneg(m) for m, c in e.terms) or \
+            _nonneg_floors(e)
     if isinstance(e, Prod):
         return all(nonneg(f) for f in e.factors)
     if isinstance(e, FloorDiv):
         return nonneg(e.num)  # a // d (d > 0) is negative exactly when a is
     return True  # variables and remainders are non-negative
+
+
+def _nonneg_floors(e: Sum) -> bool:
+    """``nonneg`` of ``e`` with its negative quotient terms ``c*(x // k)`` (``c < 0``, ``k`` a
+    positive literal) bounded below by ``c*x/k`` (``x // k <= x/k``), over the common
+    multiple ``L`` of their divisors: ``L*e >= L*(e - sum c*(x // k)) + sum (L*c/k)*x``. Proves
+    ``d + 2 - 2*((d + 1) // 2) >= 0``, a window's start against its input's extent."""
+    neg = [(m, c) for m, c in e.terms if c < 0 and isinstance(m, FloorDiv) and
+           isinstance(m.den, Lit) and m.den.value > 0]
+    if not neg:
+        return False
+    L = math.lcm(*(m.den.value for m, _ in neg))
+    out = e * L
+    for m, c in neg:
+        out = out - m * (L * c) + m.num * (L * c // m.den.value)
+    return nonneg(out)
 
 
 class _Witnesses(tuple):
@@ -61,21 +81,26 @@ _WITNESS_CACHE: dict[tuple, _Witnesses] = {}
 
 def _witnesses(b: Bounds) -> _Witnesses:
     """Expressions ``>= 1`` wherever the bounds hold (module docstring): each bound over runtime
-    dims, and each factor of a monomial one."""
+    dims, each factor of a monomial one, and ``n - k + 1`` of a quotient ``n // k`` (``k`` a
+    positive literal: ``n >= k``)."""
     key = tuple(b.items())
     hit = _WITNESS_CACHE.get(key)
     if hit is not None:
         return hit
     out: dict[Expr, None] = {}
-    for _, w in key:
-        if w.free_vars & b.keys():
+    todo = [w for _, w in key if not w.free_vars & b.keys()]
+    while todo:
+        w = todo.pop()
+        if w in out:
             continue
         out[w] = None
         mono = _monomial(w)
         if mono is not None and mono[0] > 0 and mono[1] is not lit(1):
             fs = _factors(mono[1])
             if all(nonneg(f) for f in fs):
-                out.update(dict.fromkeys(fs))
+                todo += fs
+        if isinstance(w, FloorDiv) and isinstance(w.den, Lit) and w.den.value >= 1:
+            todo.append(w.num - w.den.value + 1)   # n // k >= 1: n >= k
     if len(_WITNESS_CACHE) >= 16:   # bounds in use: kgen grows one dict per kernel
         _WITNESS_CACHE.clear()
     hit = _WITNESS_CACHE[key] = _Witnesses(out)

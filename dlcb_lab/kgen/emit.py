@@ -29,9 +29,9 @@ from .abi import abi
 
 BOOL = dtype_of(torch.bool)
 from ..ir.ops import Combine, Reduction, RowKind
-from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxCast, IdxDivMod,
-                  IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, RowAccumulate,
-                  RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt)
+from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxCast, IdxClamp,
+                  IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref,
+                  RowAccumulate, RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt)
 from .spellings import CUDA_PRELUDE, PY_PRELUDE, check_spellings, spelling
 
 check_spellings()   # every registered elementwise op is spelled in both languages
@@ -53,7 +53,7 @@ WARP = "_w"
 no block barrier). Emitted beside ``NARROW``; the launcher takes it for reduced extents up to
 ``32 * warp_cache(k)`` (``runtime.launchers.WARP_MAX`` for a row of runtime extent)."""
 
-_ELEMENTWISE = (IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Store)
+_ELEMENTWISE = (IdxSum, IdxProd, IdxDivMod, IdxCast, IdxClamp, Pred, Load, Select, Compute, Store)
 
 
 def vector_width(k: KernelBody) -> int:
@@ -203,6 +203,10 @@ class _Printer:
     @stmt.register
     def _(self, s: IdxCast) -> str:
         return self.let(None, s.name, self.index_cast(s.value))
+
+    @stmt.register
+    def _(self, s: IdxClamp) -> str:
+        return self.let(None, s.name, self.clamp(s.value, s.hi))
 
     @stmt.register
     def _(self, s: Pred) -> str:
@@ -385,6 +389,9 @@ class _Cuda(_Printer):
 
     def index_cast(self, value: str) -> str:
         return f"(I)({value})"
+
+    def clamp(self, value: str, hi: str) -> str:
+        return f"dlcb_min<I>(dlcb_max<I>({value}, 0), {hi} - 1)"
 
     def when(self, cond: str, line: str) -> str:
         return f"if ({cond}) {line}"
@@ -759,6 +766,9 @@ class _Numba(_Printer):
 
     def index_cast(self, value: str) -> str:
         return f"np.int64({value})"
+
+    def clamp(self, value: str, hi: str) -> str:
+        return f"min(max({value}, 0), {hi} - 1)"
 
     def when(self, cond: str, line: str) -> str:
         return f"if {cond}: {line}"

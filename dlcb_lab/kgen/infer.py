@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
-from ..dims.bounds import Bounds, lower, nonneg, upper
+from ..dims.bounds import Bounds, lower, nonneg, positive, upper
 from ..errors import DLError
 from ..ir.dtypes import F32, F64, I64, dtype_of
 from ..ir.graph import Graph, Value
@@ -24,9 +24,9 @@ from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Red
     RowKind, delinearize, linear_index
 from ..passes.partition import steps
 from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxCast,
-                  IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref, RowAccumulate,
-                  RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt, acc_dtype,
-                  code_name)
+                  IdxClamp, IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref,
+                  RowAccumulate, RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt,
+                  acc_dtype, code_name)
 
 THREAD = var("_t", 2)
 FLAT_LOOP = var("_lf", 2)
@@ -204,6 +204,53 @@ class _Builder:
             self.narrow_names.add(u.name)
             if e.free_vars & self.loop_names:   # defined per loop iteration: code using u too
                 self.loop_names.add(u.name)
+            coords = [u if c is e else c for c in coords]
+        return coords
+
+    def clamped(self, where: list[Expr] | Guarded, loops) -> list[Expr] | None:
+        """For a max over a window: ``where.coords`` with each guarded coordinate ``e`` clamped
+        into its guard's ``[0, hi)`` (``IdxClamp``), so every tap is read unmasked; None unless
+        the bounds prove the clamp exact. It is where ``e`` steps by one per step of one loop
+        variable ``l`` (dilation 1: the window's taps on the axis are contiguous, ``first`` at
+        ``l = 0`` to ``last``) and every window meets the axis (``first <= hi - 1``, ``last >=
+        0``, ``hi >= 1``): a clamped tap is then a tap of the same window, which the max reads
+        anyway (ceil mode's overhang, padding)."""
+        if not isinstance(where, Guarded) or self.flat:
+            return None
+        exts = {lv.name: ext for lv, ext in loops}
+        clamps = []
+        for gd in where.guards:
+            e = self.simplify(gd.expr)
+            lo, hi = lower(e, self.bounds), upper(e, self.bounds)
+            if lo is not None and hi is not None and nonneg(lo - gd.lo) and \
+                    nonneg(gd.hi - 1 - hi):
+                continue   # always in range: read as is
+            names = e.free_vars & self.loop_names
+            if not gd.lo.is_lit(0) or e not in where.coords or len(names) != 1 or \
+                    not names <= exts.keys():
+                return None
+            lv = var(next(iter(names)), 2)
+            if (e - lv).free_vars & self.loop_names:
+                return None
+            start = self.simplify(e.subs({lv: lit(0)}))
+            first, early = upper(start, self.bounds), lower(start, self.bounds)
+            last = lower(self.simplify(e.subs({lv: exts[lv.name] - 1})), self.bounds)
+            if first is None or last is None or early is None or not (
+                    nonneg(gd.hi - 1 - first) and nonneg(last) and
+                    (nonneg(early) or positive(gd.hi, self.bounds))):
+                return None
+            clamps.append((e, gd.hi))
+        coords = list(where.coords)
+        for e, hi in clamps:
+            key = ("clamp", e, hi)
+            u = self.lookup(key)
+            if u is None:
+                u = var(f"_k{self.n + 1}", 2)
+                self.n += 1
+                self.bounds[u.name] = hi
+                self.loop_names.add(u.name)
+                self.inner.stmts.append(IdxClamp(code_name(u), self.index(e), self.index(hi)))
+                self.inner.memo[key] = u
             coords = [u if c is e else c for c in coords]
         return coords
 
@@ -416,7 +463,10 @@ class _Builder:
         lvars = self.open_loops(win.extents, win.bounds, extent, loops)
         (where,) = located(node, node.op.reverse, self.g, node, coords, loops=lvars)
         self.enter(node, coords, where)
-        pred, val = self.guarded(node.inputs[0], where)
+        clamped = self.clamped(where, loops) if red.combine is Combine.MAX and not red.mean \
+            else None
+        pred, val = self.guarded(node.inputs[0], where) if clamped is None else \
+            (self.pred, self.value(node.inputs[0], clamped))
         self.path.pop()
         self.inner.stmts.append(Accumulate(acc, red, val, acc_t, pred))
         if counter:
@@ -617,3 +667,4 @@ def needs_floor(e: FloorDiv | Mod, bounds: Bounds) -> bool:
     """C's ``/`` and ``%`` truncate; they equal floor semantics when the numerator is >= 0."""
     lo = lower(e.num, bounds)
     return not (lo is not None and nonneg(lo))
+

@@ -97,6 +97,13 @@ class IdxCast:       # I name = (I) value   (an index read from an index tensor,
 
 
 @dataclass(frozen=True)
+class IdxClamp:      # I name = min(max(value, 0), hi - 1)   (a max window's tap clamped into its input)
+    name: str
+    value: str
+    hi: str
+
+
+@dataclass(frozen=True)
 class Pred:          # bool name = parent && lo <= e && e < hi && ...   (an input coordinate in range)
     name: str
     parent: str      # "" for none
@@ -223,7 +230,7 @@ class StoreAt:       # out[index] = value   (every thread stores)
     value: str
 
 
-Stmt = Union[IdxSum, IdxProd, IdxDivMod, IdxCast, Pred, Load, Select, Compute, Loop, AccInit, Accumulate,
+Stmt = Union[IdxSum, IdxProd, IdxDivMod, IdxCast, IdxClamp, Pred, Load, Select, Compute, Loop, AccInit, Accumulate,
              BlockReduce, Finish, Store, RowInit, RowAccumulate, RowCombine, RowStats, RowOutput,
              StoreAt]
 
