@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlcb_lab.dims import FloorDiv, Lit, Mod, as_expr, lit, shape, var
-from dlcb_lab.dims.bounds import in_range, lower, nonneg, positive, simplify, upper
+from dlcb_lab.dims.bounds import in_range, lower, nonneg, nonneg_quotients, positive, simplify, \
+    upper
 
 # Names are global per process: this file uses the ``tb_`` prefix only.
 C0, C1, C2 = var("tb_c0", 2), var("tb_c1", 2), var("tb_c2", 2)   # coordinates
@@ -233,6 +234,42 @@ def test_positive_divisors_come_from_the_bounds():
     assert positive((N + 1) // 2, {"tb_c0": N}) and not positive(N // 2, {"tb_c0": N})
     assert positive(N, {"tb_c0": H, "tb_c1": N * H}) and positive(W, {"tb_c0": W - H})
     assert not positive(W, {"tb_c0": H - W})
+
+
+def test_a_quotient_witness_makes_its_numerator_one():
+    """A witness ``n // k`` (``k`` a positive literal) is ``>= 1``, so ``n >= k``: ``n - k + 1``
+    is a witness (a pool's output extent ``(H + 1) // 2`` makes its input extent ``H`` one)."""
+    assert positive(H, {"tb_c0": (H + 1) // 2}) and positive(H, {"tb_c0": H // 2})
+    nested = {"tb_c0": ((H + 1) // 2 + 1) // 2}
+    assert positive(H, nested) and positive((H + 1) // 2, nested)
+    assert not positive(H, {"tb_c0": H // 2 + 1}) and not positive(H, {"tb_c0": (H + 2) // 2})
+
+
+def test_negative_quotients_bounded_by_their_quotient():
+    """``nonneg_quotients`` bounds ``c*(x // k)`` (``c < 0``) by ``c*x/k``: a window's first tap
+    against its input's last element; ``nonneg`` alone does not prove these."""
+    a = (H + 1) // 2
+    for e in (a - 2 * ((a + 1) // 2) + 2, H - 2 * (H // 2), 3 * H - 2 * ((3 * H + 1) // 2) + 1,
+              H - (H // 2) - (H // 2)):
+        assert nonneg_quotients(e) and not nonneg(e), e
+    for e in (H - 2 * ((H + 1) // 2), H - 3 * (H // 2), -(H // 2)):
+        assert not nonneg_quotients(e), e
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(-4, 4), st.integers(-3, 3), st.integers(1, 4),
+                          st.booleans()), min_size=1, max_size=3),
+       st.integers(-3, 3), st.integers(-4, 4))
+def test_negative_quotients_sound(terms, a, const):
+    """Wherever ``nonneg_quotients`` proves ``a*H + sum c*((H + s) // k) + const`` (a quotient
+    nested once more where asked), it is ``>= 0`` at every ``H >= 0``."""
+    e = a * H + const
+    for c, s, k, nest in terms:
+        q = (H + s) // k
+        e = e + c * ((q + s) // k if nest else q)
+    if nonneg_quotients(e):
+        for h in range(0, 40):
+            assert e.evaluate({"tb_h": h}) >= 0, (e, h)
 
 
 def test_a_multiple_of_a_witness_is_positive():

@@ -5,8 +5,8 @@ runtime dims); every variable is ``>= 0``. Variables without a bound are runtime
 non-negative symbols. ``upper``/``lower`` give symbolic inclusive extremes over the coordinates;
 ``nonneg`` proves a polynomial non-negative when its constant and every coefficient are and every
 monomial is (variables and ``%`` are non-negative; ``a // d`` has the sign of ``a``, so it is not
-non-negative by itself), or when it is with each negative quotient term ``c*(x // k)`` bounded
-below by ``c*x/k``. Proofs are sound, not complete: an unprovable fact simply keeps the
+non-negative by itself); ``nonneg_quotients`` also with each negative quotient term
+``c*(x // k)`` bounded below by ``c*x/k``. Proofs are sound, not complete: an unprovable fact simply keeps the
 operation.
 
 Symbolic divisors. A runtime dim may be 0 (an empty batch), so a divisor over runtime dims gets no
@@ -45,8 +45,7 @@ def nonneg(e: Expr) -> bool:
     if isinstance(e, Lit):
         return e.value >= 0
     if isinstance(e, Sum):
-        return e.const >= 0 and all(c > 0 and nonneg(m) for m, c in e.terms) or \
-            _nonneg_floors(e)
+        return e.const >= 0 and all(c > 0 and nonneg(m) for m, c in e.terms)
     if isinstance(e, Prod):
         return all(nonneg(f) for f in e.factors)
     if isinstance(e, FloorDiv):
@@ -54,20 +53,24 @@ def nonneg(e: Expr) -> bool:
     return True  # variables and remainders are non-negative
 
 
-def _nonneg_floors(e: Sum) -> bool:
-    """``nonneg`` of ``e`` with its negative quotient terms ``c*(x // k)`` (``c < 0``, ``k`` a
-    positive literal) bounded below by ``c*x/k`` (``x // k <= x/k``), over the common
-    multiple ``L`` of their divisors: ``L*e >= L*(e - sum c*(x // k)) + sum (L*c/k)*x``. Proves
-    ``d + 2 - 2*((d + 1) // 2) >= 0``, a window's start against its input's extent."""
+def nonneg_quotients(e: Expr) -> bool:
+    """``nonneg``, or ``nonneg`` of ``e`` with its negative quotient terms ``c*(x // k)`` (``c <
+    0``, ``k`` a positive literal) bounded below by ``c*x/k`` (``x // k <= x/k``), over the
+    common multiple ``L`` of their divisors: ``L*e >= L*(e - sum c*(x // k)) + sum (L*c/k)*x``.
+    Proves ``d + 2 - 2*((d + 1) // 2) >= 0``, a window's start against its input's extent. Apart
+    from ``nonneg``, which the rewrite rules call on every candidate, as it costs several times
+    as much."""
+    if nonneg(e):
+        return True
     neg = [(m, c) for m, c in e.terms if c < 0 and isinstance(m, FloorDiv) and
-           isinstance(m.den, Lit) and m.den.value > 0]
+           isinstance(m.den, Lit) and m.den.value > 0] if isinstance(e, Sum) else []
     if not neg:
         return False
     L = math.lcm(*(m.den.value for m, _ in neg))
     out = e * L
     for m, c in neg:
         out = out - m * (L * c) + m.num * (L * c // m.den.value)
-    return nonneg(out)
+    return nonneg_quotients(out)
 
 
 class _Witnesses(tuple):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
-from ..dims.bounds import Bounds, lower, nonneg, positive, upper
+from ..dims.bounds import Bounds, lower, nonneg, nonneg_quotients, positive, upper
 from ..errors import DLError
 from ..ir.dtypes import F32, F64, I64, dtype_of
 from ..ir.graph import Graph, Value
@@ -236,7 +236,7 @@ class _Builder:
             first, early = upper(start, self.bounds), lower(start, self.bounds)
             last = lower(self.simplify(e.subs({lv: exts[lv.name] - 1})), self.bounds)
             if first is None or last is None or early is None or not (
-                    nonneg(gd.hi - 1 - first) and nonneg(last) and
+                    nonneg_quotients(gd.hi - 1 - first) and nonneg(last) and
                     (nonneg(early) or positive(gd.hi, self.bounds))):
                 return None
             clamps.append((e, gd.hi))
