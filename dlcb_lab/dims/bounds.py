@@ -6,8 +6,8 @@ non-negative symbols. ``upper``/``lower`` give symbolic inclusive extremes over 
 ``nonneg`` proves a polynomial non-negative when its constant and every coefficient are and every
 monomial is (variables and ``%`` are non-negative; ``a // d`` has the sign of ``a``, so it is not
 non-negative by itself); ``nonneg_quotients`` also with each negative quotient term
-``c*(x // k)`` bounded below by ``c*x/k``. Proofs are sound, not complete: an unprovable fact simply keeps the
-operation.
+``c*(x // k)`` bounded below by ``c*x/k``. Proofs are sound, not complete: an unprovable fact
+simply keeps the operation.
 
 Symbolic divisors. A runtime dim may be 0 (an empty batch), so a divisor over runtime dims gets no
 bound, and no rewrite uses it, unless ``positive`` proves it ``>= 1``. The proof rests on the
@@ -17,11 +17,10 @@ non-negative: a product ``>= 1`` of non-negative integers has no factor 0), and 
 witness ``n // k`` (``k`` a positive literal: a pool's output extent ``(H + 1) // 2`` makes ``H``
 one). kgen's thread index is bounded by the element count ``N*C*H*W``, so each dim of the output
 is a witness; a kernel whose index arithmetic has a zero extent has no elements and is not
-launched (README). ``positive(d)``
-holds for a literal ``>= 1``, for ``d >= w`` with ``w`` a witness or 1 (``nonneg(d - w)``), for a
-product of positive factors, a sum whose coefficients share a factor ``g > 1`` where the sum over
-``g`` is positive (``256*W - 256``), a non-negative sum with a positive term, and ``n // k`` with
-``n >= k >= 1``.
+launched (README). ``positive(d)`` holds for a literal ``>= 1``, for ``d >= w`` with ``w`` a
+witness or 1 (``nonneg(d - w)``), for a product of positive factors, a sum whose coefficients
+share a factor ``g > 1`` where the sum over ``g`` is positive (``256*W - 256``), a non-negative sum
+with a positive term, and ``n // k`` with ``n >= k >= 1``.
 
 ``simplify`` rewrites bottom-up with ``BOUNDS_RULES`` (the range facts and the quotient/remainder
 recombination), on top of the unconditional ``expr.DIVMOD_RULES`` every construction applies.

@@ -155,11 +155,11 @@ class _Builder:
         lo_terms, hi_terms, free = [], [], set(self.pred_vars[self.pred])
         for gd in guards:
             e = self.simplify(gd.expr)
-            lo, hi = lower(e, self.bounds), upper(e, self.bounds)
-            if not (lo is not None and nonneg(lo - gd.lo)):
+            lo_ok, hi_ok = self.proven(e, gd)
+            if not lo_ok:
                 lo_terms.append((self.index(e), self.index(gd.lo)))
                 free |= e.free_vars | gd.lo.free_vars
-            if not (hi is not None and nonneg(gd.hi - 1 - hi)):
+            if not hi_ok:
                 hi_terms.append((self.index(e), self.index(gd.hi)))
                 free |= e.free_vars | gd.hi.free_vars
         if not lo_terms and not hi_terms:
@@ -174,6 +174,12 @@ class _Builder:
         scope.memo[key] = name
         self.pred_vars[name] = frozenset(free)
         return name
+
+    def proven(self, e: Expr, gd: Guard) -> tuple[bool, bool]:
+        """Whether the coordinate bounds prove ``gd.lo <= e`` and ``e < gd.hi`` (``e``: ``gd``'s
+        expression, simplified)."""
+        lo, hi = lower(e, self.bounds), upper(e, self.bounds)
+        return lo is not None and nonneg(lo - gd.lo), hi is not None and nonneg(gd.hi - 1 - hi)
 
     def guarded(self, v: Value, where: list[Expr] | Guarded) -> tuple[str, str]:
         """(predicate, value) of ``v`` at coordinates that may carry guards: loads under the
@@ -221,9 +227,7 @@ class _Builder:
         clamps = []
         for gd in where.guards:
             e = self.simplify(gd.expr)
-            lo, hi = lower(e, self.bounds), upper(e, self.bounds)
-            if lo is not None and hi is not None and nonneg(lo - gd.lo) and \
-                    nonneg(gd.hi - 1 - hi):
+            if all(self.proven(e, gd)):
                 continue   # always in range: read as is
             names = e.free_vars & self.loop_names
             if not gd.lo.is_lit(0) or e not in where.coords or len(names) != 1 or \
@@ -245,8 +249,7 @@ class _Builder:
             key = ("clamp", e, hi)
             u = self.lookup(key)
             if u is None:
-                u = var(f"_k{self.n + 1}", 2)
-                self.n += 1
+                u = var(self.tmp("_k"), 2)
                 self.bounds[u.name] = hi
                 self.loop_names.add(u.name)
                 self.inner.stmts.append(IdxClamp(code_name(u), self.index(e), self.index(hi)))
@@ -463,8 +466,7 @@ class _Builder:
         lvars = self.open_loops(win.extents, win.bounds, extent, loops)
         (where,) = located(node, node.op.reverse, self.g, node, coords, loops=lvars)
         self.enter(node, coords, where)
-        clamped = self.clamped(where, loops) if red.combine is Combine.MAX and not red.mean \
-            else None
+        clamped = self.clamped(where, loops) if red.combine is Combine.MAX else None
         pred, val = self.guarded(node.inputs[0], where) if clamped is None else \
             (self.pred, self.value(node.inputs[0], clamped))
         self.path.pop()
@@ -667,4 +669,3 @@ def needs_floor(e: FloorDiv | Mod, bounds: Bounds) -> bool:
     """C's ``/`` and ``%`` truncate; they equal floor semantics when the numerator is >= 0."""
     lo = lower(e.num, bounds)
     return not (lo is not None and nonneg(lo))
-
