@@ -1,12 +1,19 @@
 """The sweep harness (``dl.bench.run``, ``dlcb-lab bench``) on CPU: cells over models x systems
 x resolutions in parallel child processes, the long-form CSV written as cells finish, resume
 (nothing re-measured; another configuration refused), a killed cell recorded and run again with
-``retry_failed``, Ray tasks on a local instance, and the console script."""
+``retry_failed``, a sweep stopped by SIGTERM taking its cell process with it, Ray tasks on a
+local instance, and the console script."""
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -73,6 +80,49 @@ def test_killed_cell_is_recorded_then_retried(tmp_path):
     ms = done[done.metric == "ms"]
     assert len(ms) == 2 and ms.value.notna().all() and (ms.error == "").all()
     assert len(pd.read_csv(tmp_path / "models.csv")) == len(done)
+
+
+def _cells_running(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line holds ``marker``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and "--one" in cmd and state != "Z":
+            pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+@pytest.mark.parametrize("entry", [["dlcb_lab.cli", "bench", "--workers", "1"],
+                                   ["dlcb_lab.bench.models"]], ids=["cli", "bench.models"])
+def test_sigterm_stops_the_sweep_and_its_cell_process(tmp_path, entry):
+    reps = 987_653   # a cell that would run for hours, and the mark of its command line
+    marker = f'"reps": {reps}'
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", *entry, "--device", "cpu", "--tiny", "--models", "resnet18",
+         "--systems", "eager", "--batches", "1", "--res", "32", "--reps", str(reps),
+         "--warmup", "1", "--out", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (cells := _cells_running(marker)):
+            assert sweep.poll() is None and time.monotonic() < deadline, "no cell started"
+            time.sleep(0.2)
+        sweep.send_signal(signal.SIGTERM)
+        assert sweep.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _cells_running(marker):   # SIGKILLed; reaped by the sweep or by init
+            assert time.monotonic() < deadline, f"cell processes {cells} outlived the sweep"
+            time.sleep(0.1)
+        assert not (tmp_path / "models.csv").exists()   # no finished cell, no half a result
+    finally:
+        sweep.kill()
+        for pid in _cells_running(marker):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def test_ray_local_instance(tmp_path):

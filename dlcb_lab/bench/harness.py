@@ -22,6 +22,9 @@ cell then gets ``cpus // workers`` threads). ``ray``: each cell is a Ray task as
 atomically) beside ``env.json`` (``models.environment``). A later run with the same ``out``
 skips the cells already there, unless their configuration differs (an error: a sweep is one
 configuration) or ``retry_failed`` and the cell's process crashed, hung or was not measured.
+A sweep stopped from outside (Ctrl-C; SIGTERM, e.g. ``timeout``, under ``dlcb-lab bench``) kills
+its running cells' processes first (``models.kill_cells``), so none keeps the GPU busy under the
+resumed sweep's timings; the cells it had finished are in ``models.csv``.
 """
 
 from __future__ import annotations
@@ -210,8 +213,11 @@ def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: 
                 for _ in range(slots)]
     free = list(range(slots))
     lock = threading.Lock()
+    stop = threading.Event()
 
     def one(cell: Cell) -> list[dict[str, Any]]:
+        if stop.is_set():
+            return []
         with lock:
             slot = free.pop()
         try:
@@ -230,10 +236,17 @@ def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: 
             pending.append(cell)
     with ThreadPoolExecutor(slots, thread_name_prefix="dlcb-bench") as pool:
         futs = {pool.submit(one, c): c for c in pending}
-        while futs:
-            ready, _ = wait(futs, return_when=FIRST_COMPLETED)
-            for f in ready:
-                yield futs.pop(f), f.result()
+        try:
+            while futs:
+                ready, _ = wait(futs, return_when=FIRST_COMPLETED)
+                for f in ready:
+                    yield futs.pop(f), f.result()
+        except BaseException:   # stopped from outside: no cell process outlives the sweep
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            while bm.kill_cells() or wait(futs, timeout=0.2).not_done:
+                pass   # again until none runs: a slot may start one before it sees stop
+            raise
 
 
 def _ray_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, address: str
@@ -301,6 +314,7 @@ def main(a, log: Callable[[str], None] = print) -> int:
     """``dlcb-lab bench``: the sweep, then its speedup summary."""
     from . import zoo
 
+    bm.term_exits()
     pairs = None
     if a.text_shapes:
         pairs = [tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(",")]

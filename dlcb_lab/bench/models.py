@@ -114,6 +114,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -534,6 +535,29 @@ def _tail(path: Path, lines: int = 6, chars: int = 800) -> str:
     return " | ".join(got)[-chars:]
 
 
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_cells() -> int:
+    """SIGKILL the process group of every cell process of this process still running; their
+    number. A sweep stopped from outside (Ctrl-C, SIGTERM) calls it: a cell process runs in its
+    own session, so neither signal reaches it, and one left running would share the GPU with the
+    next sweep's timings."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return len(live)
+
+
+def term_exits() -> None:
+    """SIGTERM raises ``SystemExit(143)`` in the main thread (CLI entry points), so the sweep
+    kills its cell processes (``run_process``, ``kill_cells``) instead of dying on the spot."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def run_process(model: str, system: str, cfg: Config, timeout: float,
                 env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One (model, system) in a child process with empty caches (``env``: more variables for
@@ -548,6 +572,8 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
         with open(errf, "w") as fe:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, env=child,
                                     start_new_session=True)
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
             try:
                 rc = proc.wait(timeout=timeout)
                 why = f"process exited with {rc}" if rc else ""
@@ -555,6 +581,12 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
                 os.killpg(proc.pid, signal.SIGKILL)   # its own session: it and its workers
                 proc.wait()
                 why = f"process killed after the {timeout:g} s timeout"
+            except BaseException:   # this thread interrupted (Ctrl-C, SIGTERM by term_exits)
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc)
         got = [json.loads(ln) for ln in out.read_text().splitlines()] if out.exists() else []
         if why:
             why = f"{why}: {_tail(errf)}"
@@ -759,6 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)
     log = lambda s: print(s, file=sys.stderr, flush=True)
+    term_exits()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "env.json").write_text(json.dumps(environment(cfg, models, systems), indent=1) + "\n")
