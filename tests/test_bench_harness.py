@@ -100,11 +100,12 @@ def _cells_running(marker: str) -> list[int]:
 @pytest.mark.parametrize("entry", [["dlcb_lab.cli", "bench", "--workers", "1"],
                                    ["dlcb_lab.bench.models"]], ids=["cli", "bench.models"])
 def test_sigterm_stops_the_sweep_and_its_cell_process(tmp_path, entry):
-    reps = 987_653   # a cell that would run for hours, and the mark of its command line
+    reps = 987_653   # cells that would run for hours (the second one waiting), and the mark
+    # of their command lines
     marker = f'"reps": {reps}'
     sweep = subprocess.Popen(
         [sys.executable, "-m", *entry, "--device", "cpu", "--tiny", "--models", "resnet18",
-         "--systems", "eager", "--batches", "1", "--res", "32", "--reps", str(reps),
+         "--systems", "eager,dlcb-dynamic", "--batches", "1", "--res", "32", "--reps", str(reps),
          "--warmup", "1", "--out", str(tmp_path)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

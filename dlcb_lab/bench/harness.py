@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -244,8 +245,8 @@ def _pool_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, workers: 
         except BaseException:   # stopped from outside: no cell process outlives the sweep
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            while bm.kill_cells() or wait(futs, timeout=0.2).not_done:
-                pass   # again until none runs: a slot may start one before it sees stop
+            while bm.kill_cells() or not all(f.done() for f in futs):
+                time.sleep(0.05)   # again until none runs: a slot may start one before stop
             raise
 
 
