@@ -3,7 +3,7 @@
 # system, empty caches), resumed across calls on one warm machine: each call runs for T seconds,
 # then SIGTERM stops the sweep (its running cell killed, the finished ones kept in models.csv)
 # and the next call picks up there. SYS: the systems (every call of one sweep takes the same
-# configuration; the systems may grow).
+# configuration; the systems may grow). MODELS: the models (default: bench.models' nine).
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 O=${OUT:-/tmp/out}
 RUN=/tmp/dlcb_sweep
@@ -14,7 +14,8 @@ if [ ! -f $RUN/tree.txt ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $RUN/tree.txt
 fi
 echo "=== $(date -u +%FT%TZ) systems $SYS, ${T:-540} s" >> $RUN/log.txt
-timeout ${T:-540} python3 -m dlcb_lab.cli bench --systems $SYS --paired --timeout 300 \
+timeout ${T:-540} python3 -m dlcb_lab.cli bench --systems $SYS ${MODELS:+--models $MODELS} \
+  --paired --timeout 300 \
   --out $RUN --markdown >> $RUN/log.txt 2>&1
 echo "=== exit $?" >> $RUN/log.txt
 cp -r $RUN $O/sweep
