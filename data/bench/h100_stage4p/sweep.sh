@@ -4,7 +4,10 @@
 # then SIGTERM stops the sweep (its running cell killed, the finished ones kept in models.csv)
 # and the next call picks up there. SYS: the systems (every call of one sweep takes the same
 # configuration; the systems may grow). MODELS: the models (default: bench.models' nine).
+# PYC=1: Python's bytecode cached under /tmp (the image's site-packages holds none and takes
+# none: its every process compiles torch's sources again, ~1 s of each capture there).
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
+[ -n "$PYC" ] && export PYTHONPYCACHEPREFIX=/tmp/dlcb_pycache
 O=${OUT:-/tmp/out}
 RUN=/tmp/dlcb_sweep
 SYS=${SYS:-eager,torch.compile-cudagraphs,dlcb-static,dlcb-dynamic}
