@@ -294,21 +294,53 @@ def test_max_window_taps_clamped(args, clamped):
     overhang) at its coordinate clamped into the input, unmasked, where the bounds prove that
     every window meets the input: the clamped tap is then one of the window's own. Otherwise the
     taps stay masked. One dynamic compile per pool matches eager on CPU down to the smallest
-    H, W."""
+    H, W, and refuses where eager does (ceil mode takes an input shorter than the window when a
+    window starts inside it: k=2, s=3 over H=1)."""
     m = Pool(*args)
     cm = dl.compile(m, torch.randn(2, 3, 9, 9), dynamic={0: {2: "H", 3: "W"}}, backend="cpu")
     body, = [k.body for k in cm.pipeline.kernels]
     src = cuda_kernel(body)
     assert ("dlcb_min<I>(dlcb_max<I>(" in src) == clamped
     assert ("-INFINITY)));" in src) != clamped   # a masked tap is the max's identity
-    k, _, p, d, _ = args
     for hw in ((9, 9), (1, 2), (2, 1), (3, 3), (4, 7), (10, 5), (16, 17)):
         x = torch.randn(2, 3, *hw)
-        if min(hw) + 2 * p < d * (k - 1) + 1:   # the padded input holds no whole window
-            with pytest.raises(dl.ShapeMismatch, match="holds the window"):
+        try:
+            want = m(x)
+        except RuntimeError:   # torch: no window (ceil mode: none starting inside the input)
+            with pytest.raises(dl.ShapeMismatch, match="(holds|reaches) the window"):
                 cm(x)
             continue
-        torch.testing.assert_close(cm(x), m(x))
+        torch.testing.assert_close(cm(x), want)
+    assert is_cubin(compile_cubin(cuda_module([body]), arch="sm_90"))
+
+
+class AvgPool(torch.nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        self.args = args
+
+    def forward(self, x):
+        return F.avg_pool2d(x, *self.args, ceil_mode=True)
+
+
+@pytest.mark.parametrize("args", [(2, 3, 0), (3, 2, 0), (3, 2, 1), (5, 4, 2), (2, 5, 1)])
+def test_ceil_mode_avg_counts_down_to_an_input_shorter_than_the_window(args):
+    """Ceil mode's last window overhangs the padded input and torch divides by the elements it
+    covers; where the input is shorter than the window that window is the only one (the full
+    windows' count, ``(d + 2p - k) // s + 1``, is 0). One dynamic compile matches eager at
+    every size eager takes and refuses the others."""
+    m = AvgPool(*args)
+    cm = dl.compile(m, torch.randn(2, 3, 9, 8), dynamic={0: {2: "H", 3: "W"}}, backend="cpu")
+    for h in range(1, 10):
+        x = torch.randn(2, 3, h, h + 1)
+        try:
+            want = m(x)
+        except RuntimeError:
+            with pytest.raises(dl.ShapeMismatch, match="reaches the window"):
+                cm(x)
+            continue
+        torch.testing.assert_close(cm(x), want)
+    body, = [k.body for k in cm.pipeline.kernels]
     assert is_cubin(compile_cubin(cuda_module([body]), arch="sm_90"))
 
 

@@ -99,14 +99,19 @@ for _name, _fn, _red in (("sum", torch.sum, Reduction(Combine.SUM)),
 def pool_extent(g: "Graph", node: "Node", d: Expr, k: int, s: int, p: int, dil: int,
                 ceil: bool, axis: str) -> Expr:
     """Output extent of a pooling/convolution window over an axis of extent ``d`` (torch's
-    formula); a runtime requirement keeps at least one window in the (padded) axis."""
+    formula); runtime requirements keep at least one window: in the (padded) axis, or in ceil
+    mode one that starts inside the axis or its left padding (it may overhang the right end: a
+    2-wide window with stride 3 over an axis of 1)."""
     eff = dil * (k - 1) + 1
     if k < 1 or s < 1 or dil < 1 or p < 0:
         raise ShapeError(f"{axis}: kernel {k}, stride {s}, padding {p}, dilation {dil}")
-    g.require(d + 2 * p - eff, node, f"{axis}: padded extent {d!r} + 2*{p} holds the "
-                                     f"window ({eff})")
     if not ceil:
+        g.require(d + 2 * p - eff, node, f"{axis}: padded extent {d!r} + 2*{p} holds the "
+                                         f"window ({eff})")
         return (d + 2 * p - eff) // s + 1
+    g.require(d + 2 * p - eff + s - 1, node, f"{axis}: ceil mode: padded extent {d!r} + 2*{p} "
+                                             f"reaches the window ({eff}) within stride {s}")
+    g.require(d + p - 1, node, f"{axis}: ceil mode: a window starts before {d!r} + {p}")
     if isinstance(d, Lit):
         out = -(-(d.value + 2 * p - eff) // s) + 1
         return lit(out - 1 if (out - 1) * s >= d.value + p else out)
@@ -194,9 +199,10 @@ def _window_pool(g: "Graph", node: "Node", coords: Coords) -> Window:
 def _clipped_count(d: Expr, o: Expr, k: int, s: int, p: int) -> Expr:
     """Elements of window ``o`` inside the padded axis ``[-p, d + p)``: ``k``, or
     ``d + 2p - o*s`` for the one window ceil_mode adds past the last full one (it starts inside
-    the axis or its left padding, so the count is positive). ``o // (full + 1)`` is 1 exactly for
-    that window, ``full = (d + 2p - k) // s`` the last full window."""
-    last = o // ((d + 2 * p - k) // s + 1)
+    the axis or its left padding, so the count is positive). ``(o + 1) // (full + 2)`` is 1
+    exactly for that window, ``full = (d + 2p - k) // s`` the last full window: -1 where the
+    axis is shorter than the window (``pool_extent`` keeps ``full >= -1``)."""
+    last = (o + 1) // ((d + 2 * p - k) // s + 2)
     return k + last * (d + 2 * p - k - o * s)
 
 
