@@ -155,3 +155,27 @@ def test_16bit_op_with_a_scalar_cuda(mod, dtype):
     for x in scalar_16bit_inputs(dtype, DEV):
         cm = dl.compile(mod(), (x,), dynamic={0: {0: "N"}}, backend="cuda")
         assert torch.equal(cm(x), mod()(x)), mod.__name__
+
+
+@pytest.mark.parametrize("op", ["max", "avg"])
+@pytest.mark.parametrize("k,s,p", [(2, 3, 0), (3, 2, 0), (3, 2, 1), (5, 4, 2)])
+def test_ceil_mode_pools_down_to_an_input_shorter_than_the_window_cuda(op, k, s, p):
+    """``test_codegen``'s ceil-mode pools on the ``cuda`` backend: one dynamic compile matches
+    eager at every H, W eager takes (the overhang window's clamped taps and clipped count,
+    computed with a floor division where the full windows' count may be 0) and refuses the
+    rest before any launch."""
+    import torch.nn.functional as F
+
+    pool = F.max_pool2d if op == "max" else F.avg_pool2d
+    m = Fn(lambda x: pool(torch.relu(x), k, s, p, ceil_mode=True))
+    cm = dl.compile(m, torch.randn(2, 3, 9, 8, device=DEV), dynamic={0: {2: "H", 3: "W"}},
+                    backend="cuda")
+    for h in range(1, 10):
+        x = torch.randn(2, 3, h, h + 1, device=DEV)
+        try:
+            want = m(x)
+        except RuntimeError:
+            with pytest.raises(dl.ShapeMismatch, match="reaches the window"):
+                cm(x)
+            continue
+        torch.testing.assert_close(cm(x), want)
