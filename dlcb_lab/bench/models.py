@@ -582,7 +582,8 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
                 proc.wait()
                 why = f"process killed after the {timeout:g} s timeout"
             except BaseException:   # this thread interrupted (Ctrl-C, SIGTERM by term_exits)
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 raise
             finally:
                 with _LIVE_LOCK:
