@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import dlcb_lab as dl
@@ -36,6 +37,19 @@ def check_eager(case, cm, ins):
         assert not (a.isnan() & ~b.isnan()).any(), f"output {k}: NaN where eager has none"
         tol = dict(rtol=TOL_16[b.dtype], atol=TOL_16[b.dtype]) if b.dtype in TOL_16 else TOL
         torch.testing.assert_close(a, b, **tol, msg=lambda m: f"output {k}: {m}")
+
+
+def eager_or_refused(cm, m, inputs, match: str) -> None:
+    """``cm`` on each one-tensor input: eager's result where eager takes it; where eager raises,
+    a ``ShapeMismatch`` matching ``match`` (the host program's check, before any launch)."""
+    for x in inputs:
+        try:
+            want = m(x)
+        except RuntimeError:
+            with pytest.raises(dl.ShapeMismatch, match=match):
+                cm(x)
+            continue
+        torch.testing.assert_close(cm(x), want)
 
 
 def check_nan_propagation(backend, device):
