@@ -4,6 +4,6 @@
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}
 for s in dlcb eager-nhwc eager; do
-  timeout 100 python3 data/bench/h100_stage4q/first.py $s > $O/first_$s.txt 2>&1
+  timeout 60 python3 data/bench/h100_stage4q/first.py $s > $O/first_$s.txt 2>&1
   grep -E "batch|captures" $O/first_$s.txt
 done
