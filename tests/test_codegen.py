@@ -32,6 +32,7 @@ from dlcb_lab.kgen.kir import Load, Loop
 
 from harness import eager_or_refused
 from models import BY_NAME, CASES, NanProp, Windows
+from test_edge_cases import Fn
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 
@@ -308,22 +309,13 @@ def test_max_window_taps_clamped(args, clamped):
     assert is_cubin(compile_cubin(cuda_module([body]), arch="sm_90"))
 
 
-class AvgPool(torch.nn.Module):
-    def __init__(self, *args):
-        super().__init__()
-        self.args = args
-
-    def forward(self, x):
-        return F.avg_pool2d(x, *self.args, ceil_mode=True)
-
-
 @pytest.mark.parametrize("args", [(2, 3, 0), (3, 2, 0), (3, 2, 1), (5, 4, 2), (2, 5, 1)])
 def test_ceil_mode_avg_counts_down_to_an_input_shorter_than_the_window(args):
     """Ceil mode's last window overhangs the padded input and torch divides by the elements it
     covers; where the input is shorter than the window that window is the only one (the full
     windows' count, ``(d + 2p - k) // s + 1``, is 0). One dynamic compile matches eager at
     every size eager takes and refuses the others."""
-    m = AvgPool(*args)
+    m = Fn(lambda x: F.avg_pool2d(x, *args, ceil_mode=True))
     cm = dl.compile(m, torch.randn(2, 3, 9, 8), dynamic={0: {2: "H", 3: "W"}}, backend="cpu")
     eager_or_refused(cm, m, [torch.randn(2, 3, h, h + 1) for h in range(1, 10)],
                      "reaches the window")

@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import dlcb_lab as dl
 
@@ -164,8 +165,6 @@ def test_ceil_mode_pools_down_to_an_input_shorter_than_the_window_cuda(op, k, s,
     eager at every H, W eager takes (the overhang window's clamped taps and clipped count,
     computed with a floor division where the full windows' count may be 0) and refuses the
     rest before any launch."""
-    import torch.nn.functional as F
-
     pool = F.max_pool2d if op == "max" else F.avg_pool2d
     m = Fn(lambda x: pool(torch.relu(x), k, s, p, ceil_mode=True))
     cm = dl.compile(m, torch.randn(2, 3, 9, 8, device=DEV), dynamic={0: {2: "H", 3: "W"}},
