@@ -20,8 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="a benchmark sweep: models x systems x shapes",
                            description=harness.__doc__.split("\n\n")[0])
     harness.main_args(bench)
-    figs = sub.add_parser("figures", help="the paper's figures from benchmark CSVs")
-    figs.add_argument("csv", nargs="*", help=f"models.csv files (default: {DEFAULT_DATA}/*/"
+    figs = sub.add_parser("figures", help="the paper's figures from benchmark CSVs",
+                          formatter_class=harness.bm.DefaultsHelp)
+    figs.add_argument("csv", nargs="*", help=f"models.csv files; where two hold the same cell, "
+                                             f"the later wins (default: {DEFAULT_DATA}/*/"
                                              "models.csv)")
     figs.add_argument("--out", default="data/figures", help="folder for the PNG and SVG files")
     a = ap.parse_args(argv)

@@ -2,13 +2,15 @@
 x resolutions in parallel child processes, the long-form CSV written as cells finish, resume
 (nothing re-measured; another configuration refused), a killed cell recorded and run again with
 ``retry_failed``, a sweep stopped by SIGTERM taking its cell process with it, Ray tasks on a
-local instance, and the console script."""
+local instance, and the console script: every option's default in ``--help``, what ``--tiny``
+resolves to, and one line per untimed cell saying why."""
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,3 +151,75 @@ def test_console_script(tmp_path, capsys):
 def test_plan_fixed_resolution_models_get_their_own():
     cells = harness.plan(["vit_b_16", "bert"], ["eager"], (32, 64), bm.Config())
     assert [str(c) for c in cells] == ["vit_b_16 eager 224px", "bert eager"]
+
+
+def _options(help_text: str) -> dict[str, str]:
+    """``--help``'s option entries, each on one line, by option name."""
+    body = help_text.split("options:", 1)[1]
+    return {b.split()[0].rstrip(","): " ".join(b.split())
+            for b in re.split(r"\n  (?=-)", body) if b.strip()}
+
+
+@pytest.mark.parametrize("entry", [lambda: cli.main(["bench", "--help"]),
+                                   lambda: bm.main(["--help"])], ids=["cli", "bench.models"])
+def test_help_shows_every_default(entry, capsys):
+    with pytest.raises(SystemExit) as stop:
+        entry()
+    assert stop.value.code == 0
+    opts = _options(capsys.readouterr().out)
+    assert {"--models", "--batches", "--tiny", "--reps", "--res", "--out", "--timeout"} <= set(opts)
+    for name, text in opts.items():
+        if name != "-h":
+            assert "(default: " in text and "None" not in text, text
+    csv = lambda v: ",".join(map(str, v))   # noqa: E731
+    f, t = bm.FULL, bm.TINY
+    assert f"(default: {csv(f['batches'])}; --tiny: {csv(t['batches'])})" in opts["--batches"]
+    assert f"(default: {csv(f['seqs'])}; --tiny: {csv(t['seqs'])})" in opts["--seqs"]
+    assert f"(default: {f['res']}; --tiny: {t['res']})" in opts["--res"]
+    assert f"(default: {f['reps']}; --tiny: {t['reps']})" in opts["--reps"]
+    assert f"(default: {f['warmup']}; --tiny: {t['warmup']})" in opts["--warmup"]
+    assert "(default: 3600.0)" in opts["--timeout"] and "(default: off)" in opts["--tiny"]
+    assert "(default: float32)" in opts["--dtype"]
+    assert f"(default: {', '.join(bm.DEFAULT_MODELS)})" in opts["--models"]
+
+
+def test_tiny_resolves_to_a_small_sweep(tmp_path):
+    """``--tiny``: 64x64 images at batches 1 and 2, text 1-2 x 8-16, 10 timed calls; an option
+    the command names wins. Run through the CLI with a system the CPU skips (no process), so
+    the rows show the shapes the cells would have measured."""
+    assert cli.main(["bench", "--tiny", "--device", "cpu", "--models", "resnet18,bert",
+                     "--systems", "eager-cudagraph", "--out", str(tmp_path / "a")]) == 0
+    cfg = json.loads((tmp_path / "a" / "env.json").read_text())["config"]
+    assert (cfg["tiny"], cfg["batches"], cfg["seqs"], cfg["reps"], cfg["warmup"]) == \
+        (True, [1, 2], [8, 16], 10, 2)
+    df = pd.read_csv(tmp_path / "a" / "models.csv")
+    shapes = lambda m, k: sorted((int(b), int(v)) for b, v in   # noqa: E731
+                                 df[df.model == m][["batch", k]].itertuples(index=False))
+    assert shapes("resnet18", "res") == [(1, 64), (2, 64)]
+    assert shapes("bert", "seq") == [(1, 8), (1, 16), (2, 8), (2, 16)]
+    assert cli.main(["bench", "--tiny", "--device", "cpu", "--models", "resnet18",
+                     "--systems", "eager-cudagraph", "--batches", "3", "--res", "48",
+                     "--reps", "4", "--out", str(tmp_path / "b")]) == 0
+    cfg = json.loads((tmp_path / "b" / "env.json").read_text())["config"]
+    assert (cfg["batches"], cfg["reps"], cfg["warmup"]) == ([3], 4, 2)
+    assert list(pd.read_csv(tmp_path / "b" / "models.csv").res) == [48]
+    full = bm.shape_defaults(False, batches=None, seqs=None, res=None, reps=None, warmup=None)
+    assert full == bm.FULL and bm.FULL["res"] == 224 and bm.FULL["batches"] == (1, 8, 32)
+
+
+def test_untimed_cells_say_why_one_line_each(tmp_path, capsys):
+    """A system this device lacks and a cell whose process hits the timeout: one console line
+    each, with the reason; the timed summary still prints."""
+    rc = cli.main(["bench", "--tiny", "--device", "cpu", "--models", "resnet18",
+                   "--systems", "eager,eager-cudagraph", "--timeout", "0.5", "--workers", "1",
+                   "--out", str(tmp_path)])
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    notes = [ln for ln in lines if ln.startswith(("skipped ", "failed "))]
+    assert len(notes) == 2, lines
+    assert "skipped resnet18 eager-cudagraph 64px: eager-cudagraph needs CUDA (CUDA graphs); " \
+           "device is cpu" in notes
+    (failed,) = [ln for ln in notes if ln.startswith("failed ")]
+    assert failed.startswith("failed resnet18 eager 64px (2 of 2 shapes): process killed after "
+                             "the 0.5 s timeout")
+    assert "(no timed cell)" in lines and "no eager times: no speedup summary" in lines

@@ -1,14 +1,16 @@
 """``python -m dlcb_lab.bench.models`` on CPU: a tiny ResNet-18 and a tiny BERT under eager,
 dlcb-dynamic and dlcb-static (real models, real compiles, fresh caches), the long-form CSV's
 columns and metrics, errors against eager, one DLCB compile for every shape, skipped CUDA-only
-systems, failures as rows, the environment JSON, the CLI through its per-process path, and the
-geometric means of ``summary``."""
+systems, failures as rows and as one console line per cell, the environment JSON, the CLI
+through its per-process path, the geometric means of ``summary`` and the min / median / max of
+``spread`` against the timed calls themselves."""
 
 from __future__ import annotations
 
 import json
 import math
 import platform
+import statistics
 
 import pandas as pd
 import pytest
@@ -47,7 +49,8 @@ def test_columns_shapes_and_metrics(df):
                     for b, s, r in zip(got.batch, got.seq, got.res)] == shapes
     for _, system, shape, g in _cells(df):
         first = shape in (SHAPES["resnet18"][0], SHAPES["bert"][0])
-        want = {"ms", "first_call_ms", "max_rel_err", "first_call_cold_ms",   # the reference's
+        want = {"ms", "ms_min", "ms_max", "first_call_ms", "max_rel_err",
+                "first_call_cold_ms",   # the reference's
                 "compile_s" if first else "recompile_s"}
         if system.startswith("dlcb"):
             want |= DLCB_COUNTS
@@ -55,9 +58,12 @@ def test_columns_shapes_and_metrics(df):
                 want |= {f"phase_{k}_s" for k in DLCB_PHASES}
         assert set(g.metric) == want, (system, shape)   # no peak_mb on cpu
         assert len(g) == len(want)
-    t = df[df.metric.isin(["ms", "compile_s", "recompile_s", "first_call_ms",
-                           "first_call_cold_ms"])]
+    t = df[df.metric.isin(["ms", "ms_min", "ms_max", "compile_s", "recompile_s",
+                           "first_call_ms", "first_call_cold_ms"])]
     assert (t.value > 0).all()
+    sp = bm.spread(df)
+    assert len(sp) == len(SYSTEMS) * 4   # every cell timed
+    assert ((sp.min_ms <= sp.median_ms) & (sp.median_ms <= sp.max_ms)).all(), sp.to_string()
     phases = df[df.metric.str.startswith("phase_")].pivot_table(
         "value", ["model", "system", "batch"], "metric")
     compile_s = df[df.metric.isin(["compile_s", "recompile_s"]) & df.system.str.startswith(
@@ -132,15 +138,57 @@ def test_cli_runs_each_system_in_its_own_process(tmp_path, capsys):
     df = pd.read_csv(tmp_path / "models.csv", keep_default_na=False, na_values={"value": [""]})
     assert list(df.columns) == bm.COLUMNS
     eager = df[df.system == "eager"].set_index("metric").value
-    assert {"ms", "compile_s", "first_call_ms", "first_call_cold_ms", "max_rel_err"} == \
-        set(eager.index)
-    assert eager["max_rel_err"] == 0 and eager["ms"] > 0
+    assert {"ms", "ms_min", "ms_max", "compile_s", "first_call_ms", "first_call_cold_ms",
+            "max_rel_err"} == set(eager.index)
+    assert eager["max_rel_err"] == 0 and 0 < eager["ms_min"] <= eager["ms"] <= eager["ms_max"]
     (skip,) = df[df.system == "eager-cudagraph"].itertuples()
     assert skip.metric == "ms" and skip.error.startswith("skipped:")
     assert ENV_KEYS <= set(json.loads((tmp_path / "env.json").read_text()))
-    lines = capsys.readouterr().out.splitlines()   # the summary: eager-cudagraph untimed
-    assert lines[0] == "| model | batch | seq | res | eager-cudagraph |"
-    assert lines[2] == "| resnet18 | 1 |  | 32 |  |" and lines[3].startswith("| geomean |")
+    got = capsys.readouterr()
+    assert "skipped resnet18 eager-cudagraph: eager-cudagraph needs CUDA" in got.err
+    lines = got.out.splitlines()   # the spread of eager's calls, then the speedups
+    i = lines.index("| model | batch | seq | res | system | min_ms | median_ms | max_ms |")
+    assert lines[i + 2] == (f"| resnet18 | 1 |  | 32 | eager | {eager['ms_min']:.3g} | "
+                            f"{eager['ms']:.3g} | {eager['ms_max']:.3g} |")
+    i = lines.index("| model | batch | seq | res | eager-cudagraph |")   # untimed: blank
+    assert lines[i + 2] == "| resnet18 | 1 |  | 32 |  |" and lines[i + 3].startswith("| geomean |")
+
+
+def test_spread_is_min_median_max_of_the_timed_calls():
+    """Two cells' real timed calls (one with a slow call) through ``timing_rows``: ``spread``'s
+    columns are the calls' min, median and max, and the text report prints them."""
+    work = iter([0, 0, 2_000_000, 0, 0, 0, 0, 0])   # the warm-up call, then 7: the 2nd slow
+    times = bm.time_calls(lambda: sum(range(next(work))), reps=7, warmup=1, cuda=False)
+    assert len(times) == 7 and max(times) == times[1] > statistics.median(times) > 0
+    other = bm.time_calls(lambda: sum(range(1000)), reps=3, warmup=0, cuda=False)
+    rows = bm.timing_rows("m", "eager", (1, None, 32), times) + \
+        bm.timing_rows("m", "dlcb-dynamic", (1, None, 32), other)
+    rows.append(dict(model="m", system="x", batch=1, seq=None, res=32, metric="ms",
+                     value=math.nan, error="skipped: x needs CUDA"))   # untimed: no row
+    sp = bm.spread(bm.frame(rows))
+    assert list(sp.columns) == ["model", "batch", "seq", "res", "system", *bm.SPREAD]
+    assert list(sp.system) == ["eager", "dlcb-dynamic"]
+    for (_, r), t in zip(sp.iterrows(), (times, other)):
+        assert (r.min_ms, r.median_ms, r.max_ms) == (min(t), statistics.median(t), max(t))
+    text = bm.report(bm.frame(rows))
+    assert "min / median / max" in text and f"{max(times):.4g}" in text
+    old = bm.frame([r for r in rows if r["metric"] == "ms"])   # rows before ms_min, ms_max
+    assert bm.spread(old).min_ms.isna().all() and bm.spread(old).median_ms.notna().all()
+
+
+def test_untimed_cell_is_one_line_with_its_reason():
+    skipped = bm.run_one("resnet18", "eager-cudagraph", CFG)
+    assert bm.untimed("resnet18 eager-cudagraph", skipped) == \
+        "skipped resnet18 eager-cudagraph: eager-cudagraph needs CUDA (CUDA graphs); device is cpu"
+    cfg = bm.Config(device="cpu", tiny=True, text_shapes=((1, 8), (2, 600)), reps=1, warmup=0)
+    line = bm.untimed("bert eager", bm.run_one("bert", "eager", cfg))
+    assert line.startswith("failed bert eager (2 of 2 shapes): eager reference: ")
+    assert "\n" not in line and len(line) <= 240
+    timed = bm.run_one("bert", "eager", bm.Config(device="cpu", tiny=True,
+                                                  text_shapes=((1, 8),), reps=1, warmup=0))
+    assert bm.untimed("bert eager", timed) == ""
+    late = [*timed, bm._row("bert", "eager", (2, 16, None), "ms", None, "timing 2x16: boom")]
+    assert bm.untimed("bert eager", late) == "failed bert eager (1 of 2 shapes): timing 2x16: boom"
 
 
 def test_summary_geomean_by_hand():

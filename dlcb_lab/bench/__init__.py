@@ -1,6 +1,7 @@
 """Benchmarks (results are pandas DataFrames): ``run`` is the sweep harness
 (``bench.harness.run``); ``models``, ``zoo``, ``graphs``, ``bandwidth``, ``overhead`` the
-single benchmarks."""
+single benchmarks; ``scenarios`` names every measurement method with its command and runs the
+per-kernel and first-call profiles."""
 
 
 def __getattr__(name: str):

@@ -109,13 +109,13 @@ def run(backend="auto", batches=(1, 8, 32, 128), chw=(64, 56, 56), with_inductor
     return pd.DataFrame(rows, columns=["model", "system", "batch", "metric", "value"])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", default="")
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--small", action="store_true", help="tiny sizes (a CPU smoke run)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     kw = dict(batches=(1, 2), chw=(4, 7, 7), reps=5) if a.small else {}
     df = run(a.backend, with_inductor=not a.no_inductor, **kw)
     if a.out:

@@ -5,6 +5,16 @@ pool of processes or by Ray, resumable, gathered into one long-form DataFrame.
     df = dl.bench.run(models=["resnet18", "bert"], systems=["eager", "dlcb-dynamic"],
                       batches=(1, 8, 32), resolutions=(224,), dtype="float32", out="data/bench/x")
     dlcb-lab bench --models resnet18,bert --systems eager,dlcb-dynamic --out data/bench/x [--ray]
+    dlcb-lab bench --device cpu --tiny --models resnet18,squeezenet1_1 --systems eager,dlcb-dynamic
+
+``--tiny`` (``tiny=True``) is a CPU smoke test: 64x64 images at batches 1 and 2, tiny
+transformers at sequences 8 and 16, 10 timed calls (``bench.models.TINY``); the two models and
+systems above take about a minute on two cores. ``dlcb-lab bench --help`` gives every default.
+
+**Console.** A line for each cell left untimed, saying why (``skipped <cell>: <system> needs
+CUDA ...``, ``failed <cell> (k of n shapes): <reason>``; ``bench.models.untimed``), then
+``bench.models.report``: each timed cell's min / median / max ms over its calls, and the
+speedups over eager.
 
 A **cell** is one (model, system, resolution) (text models: one (model, system) over every
 (batch, sequence) shape): one child process with empty caches (``models.run_process``), so a
@@ -86,20 +96,29 @@ def _failed(rows: Iterable[dict[str, Any]]) -> bool:
 
 
 def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.SYSTEMS,
-        batches: Sequence[int] = (1, 8, 32), resolutions: Sequence[int] = (224,),
-        seqs: Sequence[int] = (32, 128, 512), text_shapes: Sequence[tuple[int, int]] | None = None,
-        dtype: str = "float32", device: str | None = None, tiny: bool = False, reps: int = 30,
-        warmup: int = 5, fp32: bool = False, paired: bool = False,
-        out: str | Path | None = None,
+        batches: Sequence[int] | None = None, resolutions: Sequence[int] | None = None,
+        seqs: Sequence[int] | None = None, text_shapes: Sequence[tuple[int, int]] | None = None,
+        dtype: str = "float32", device: str | None = None, tiny: bool = False,
+        reps: int | None = None, warmup: int | None = None, fp32: bool = False,
+        paired: bool = False, out: str | Path | None = None,
         workers: int | None = None, ray: str | None = None, timeout: float = 3600.0,
-        retry_failed: bool = False, progress: bool = True) -> "pd.DataFrame":
+        retry_failed: bool = False, progress: bool = True,
+        log: Callable[[str], None] | None = None) -> "pd.DataFrame":
     """Measure every cell of ``plan(models, systems, resolutions)`` (see the module doc); the
     rows of the whole sweep (earlier runs' included, with ``out``) as a DataFrame with
-    ``bench.models.COLUMNS``, in plan order."""
+    ``bench.models.COLUMNS``, in plan order. ``batches``, ``resolutions``, ``seqs``, ``reps``,
+    ``warmup`` left None take ``bench.models.TINY``'s values if ``tiny``, else ``FULL``'s.
+    ``log`` gets one line per cell of this run whose shapes went untimed, saying why
+    (``bench.models.untimed``); None: printed above the progress bar while it shows."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cfg = bm.Config(device=device, batches=tuple(batches), seqs=tuple(seqs),
+    d = bm.shape_defaults(tiny, batches=batches, seqs=seqs, res=None if resolutions is None
+                          else tuple(resolutions), reps=reps, warmup=warmup)
+    resolutions = d.pop("res")
+    resolutions = (resolutions,) if isinstance(resolutions, int) else resolutions
+    cfg = bm.Config(device=device, batches=tuple(d["batches"]), seqs=tuple(d["seqs"]),
                     text_shapes=None if text_shapes is None else tuple(map(tuple, text_shapes)),
-                    tiny=tiny, reps=reps, warmup=warmup, fp32=fp32, dtype=dtype, paired=paired)
+                    tiny=tiny, reps=d["reps"], warmup=d["warmup"], fp32=fp32, dtype=dtype,
+                    paired=paired)
     cfg.torch_dtype   # noqa: B018 - validates dtype
     _check_names(models, systems)
     if cfg.cuda and not torch.cuda.is_available():
@@ -117,14 +136,17 @@ def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.S
     todo = [c for c in cells if c not in done]
     lock = threading.Lock()
     bar = _bar(len(cells), len(cells) - len(todo), progress)
+    note = log or (bar.write if progress else None)
 
     def finished(cell: Cell, rows: list[dict[str, Any]]) -> None:
         with lock:
             done[cell] = rows
             if csv is not None:
                 _write(csv, [r for c in _order(done, cells) for r in done[c]])
-            errs = sorted({r["error"][:80] for r in rows if r["error"]})
-            bar.set_postfix_str(f"{cell}" + (f": {errs[0]}" if errs else ""), refresh=False)
+            why = bm.untimed(str(cell), rows)
+            if why and note:
+                note(why)
+            bar.set_postfix_str(str(cell), refresh=False)
             bar.update(1)
 
     try:
@@ -286,49 +308,36 @@ def _ray_cells(cells: Sequence[Cell], cfg: bm.Config, timeout: float, address: s
 
 
 def main_args(ap) -> None:
-    """The ``dlcb-lab bench`` options (``cli``)."""
-    ap.add_argument("--models", help=f"comma-separated (default {','.join(bm.DEFAULT_MODELS)})")
-    ap.add_argument("--systems", help=f"comma-separated (default {','.join(bm.SYSTEMS)})")
-    ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--res", default="224", help="image sides, comma-separated")
-    ap.add_argument("--seqs", default="32,128,512", help="text: sequence lengths x --batches")
-    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128,32x512")
-    ap.add_argument("--dtype", default="float32", choices=list(bm.DTYPES))
-    ap.add_argument("--device", choices=["cuda", "cpu"])
-    ap.add_argument("--tiny", action="store_true", help="tiny transformers, small images")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
-    ap.add_argument("--paired", action="store_true",
-                    help="dlcb-dynamic: also time it against a static compile in turn")
+    """The ``dlcb-lab bench`` options (``cli``); every help line ends with its default
+    (``bench.models.DefaultsHelp``)."""
+    ap.formatter_class = bm.DefaultsHelp
+    bm.config_args(ap)
+    ap.add_argument("--res", help=f"image sides, comma-separated (default: {bm.FULL['res']}; "
+                                  f"--tiny: {bm.TINY['res']})")
     ap.add_argument("--out", default="data/bench/sweep", help="folder: models.csv, env.json")
-    ap.add_argument("--workers", type=int, help="local slots (default: GPUs, or CPU cores)")
+    ap.add_argument("--workers", type=int,
+                    help="local slots (default: one per GPU, or one per CPU core)")
     ap.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                    help="cells as Ray tasks (no address: a local instance)")
-    ap.add_argument("--timeout", type=float, default=3600.0, help="s per cell")
+                    help="cells as Ray tasks on the cluster at ADDRESS; no ADDRESS: a local "
+                         "instance (default: off, local processes)")
     ap.add_argument("--retry-failed", action="store_true",
                     help="run again the cells whose process crashed or hung")
-    ap.add_argument("--markdown", action="store_true", help="print the summary as Markdown")
 
 
 def main(a, log: Callable[[str], None] = print) -> int:
-    """``dlcb-lab bench``: the sweep, then its speedup summary."""
-    from . import zoo
-
+    """``dlcb-lab bench``: the sweep (a line for each cell left untimed, and why), then the
+    spread of each cell's times and the speedups (``bench.models.report``)."""
     bm.term_exits()
-    pairs = None
-    if a.text_shapes:
-        pairs = [tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(",")]
+    ints = lambda s: s and bm._ints(s)   # noqa: E731 - None stays None: the default
     df = run(models=bm._names(a.models, bm.DEFAULT_MODELS),
-             systems=bm._names(a.systems, bm.SYSTEMS), batches=bm._ints(a.batches),
-             resolutions=bm._ints(a.res), seqs=bm._ints(a.seqs), text_shapes=pairs,
+             systems=bm._names(a.systems, bm.SYSTEMS), batches=ints(a.batches),
+             resolutions=ints(a.res), seqs=ints(a.seqs), text_shapes=bm.text_pairs(a.text_shapes),
              dtype=a.dtype, device=a.device, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
-             fp32=a.fp32, paired=a.paired, out=a.out, workers=a.workers, ray=a.ray, timeout=a.timeout,
-             retry_failed=a.retry_failed)
+             fp32=a.fp32, paired=a.paired, out=a.out, workers=a.workers, ray=a.ray,
+             timeout=a.timeout, retry_failed=a.retry_failed)
     log(f"{a.out}/models.csv: {len(df)} rows, {df[df.metric == 'ms'].value.notna().sum()} "
         f"timed cells of {int((df.metric == 'ms').sum())}")
-    if (df[df.system == "eager"].metric == "ms").any():
-        log(zoo.format_table(bm.summary(df), a.markdown))
+    log(bm.report(df, a.markdown))
     return 0
 
 

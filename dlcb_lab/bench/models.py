@@ -5,6 +5,9 @@ DLCB; one (model, system) per process with empty caches; one long-form CSV.
         [--batches 1,8,32] [--seqs 32,128,512 | --text-shapes 1x32,8x128] [--res 224] [--tiny]
         [--dtype float32] [--reps 30] [--warmup 5] [--out data/bench] [--markdown] [--in-process]
 
+``--tiny`` is a smoke test that runs on a laptop CPU: tiny transformers and, unless given,
+``TINY`` in place of ``FULL`` (batches 1 and 2 at 64x64, sequences 8 and 16, 10 timed calls).
+
 Models. TorchVision names of ``zoo.MODELS`` (``weights=None``, seed 0, eval; input
 ``zoo.make_input(batch, (res, res))``; a fixed-resolution model such as ``vit_b_16`` always at
 its native resolution) and ``bert``, ``gpt2`` (``bridge.text_model``, random weights, seed 0,
@@ -46,7 +49,9 @@ Every (model, system, shape) cell has an ``ms`` row; its value is empty when the
 measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type>: <message>``,
 ``process exited with <rc>: <stderr tail>``). Metrics of a measured cell:
   ms             median of --reps calls: CUDA-event time around one call on cuda
-                 (``zoo._event_median_ms``, host launch gaps included), perf_counter on cpu
+                 (``zoo.event_times_ms``, host launch gaps included), perf_counter on cpu
+                 (``time_calls``)
+  ms_min, ms_max the fastest and the slowest of those calls (the spread the median hides)
   compile_s      first shape: wall s (synchronized) from the start of the setup to the first
                  result: the cold compile (capture, lowering, kernel builds) plus the first call.
                  eager: the first call alone
@@ -96,8 +101,8 @@ hostname.
 ``summary(df)``: speedup ``eager ms / system ms`` per (model, batch, seq, res), one column per
 non-eager system of ``df`` (blank where it has no time), last row ``model == "geomean"``
 (geometric mean over the cells where the system has a time, so one with failed cells averages
-over fewer). ``--markdown`` prints it as
-a Markdown table, else as text.
+over fewer). ``spread(df)``: per timed cell, the min / median / max ms over its calls. The
+CLI prints both, ``--markdown`` as Markdown tables, else as text.
 """
 
 from __future__ import annotations
@@ -138,6 +143,9 @@ CUDA_ONLY = {"eager-cudagraph": "CUDA graphs",
 COLUMNS = ["model", "system", "batch", "seq", "res", "metric", "value", "error"]
 RECOMPILE_LIMIT = 64
 TINY_RES = 64
+FULL = dict(batches=(1, 8, 32), seqs=(32, 128, 512), res=224, reps=30, warmup=5)
+"""The shapes and timing of a run; ``TINY`` with ``--tiny`` (the option a run names wins)."""
+TINY = dict(batches=(1, 2), seqs=(8, 16), res=TINY_RES, reps=10, warmup=2)
 WARMUP_GRAPH = 3   # eager calls on a side stream before a CUDA graph capture
 
 Shape = tuple[int, "int | None", "int | None"]   # (batch, seq, res)
@@ -338,15 +346,27 @@ def make_system(system: str, m: torch.nn.Module, device: str) -> _System:
 
 # --- one (model, system) -------------------------------------------------------------------------
 
-def _wall_median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
+def time_calls(fn: Callable[[], Any], reps: int, warmup: int, cuda: bool) -> list[float]:
+    """The time of each of ``reps`` calls after ``warmup`` untimed ones, in ms: CUDA events
+    around each call (``zoo.event_times_ms``) on cuda, ``perf_counter`` on the CPU."""
+    if cuda:
+        return zoo.event_times_ms(fn, reps, warmup)
     for _ in range(warmup):
         fn()
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return ts
+
+
+def timing_rows(model: str, system: str, shape: "Shape", times: Sequence[float]
+                ) -> list[dict[str, Any]]:
+    """``ms`` (the median), ``ms_min`` and ``ms_max`` of one cell's timed calls."""
+    return [_row(model, system, shape, "ms", statistics.median(times)),
+            _row(model, system, shape, "ms_min", min(times)),
+            _row(model, system, shape, "ms_max", max(times))]
 
 
 def _label(shape: Shape) -> str:
@@ -381,10 +401,8 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
     err = zoo.rel_error(y, want)
     del y
     stage[0] = f"timing {_label(shape)}"
-    median = zoo._event_median_ms if cuda else _wall_median_ms
-    ms = median(fn, cfg.reps, cfg.warmup)
-    rows = [_row(model, system, shape, "ms", ms),
-            _row(model, system, shape, "compile_s" if i == 0 else "recompile_s", t2 - t0),
+    rows = timing_rows(model, system, shape, time_calls(fn, cfg.reps, cfg.warmup, cuda))
+    rows += [_row(model, system, shape, "compile_s" if i == 0 else "recompile_s", t2 - t0),
             _row(model, system, shape, "first_call_ms", (t2 - t1) * 1e3)]
     tol = cfg.tol
     rows.append(_row(model, system, shape, "max_rel_err", err,
@@ -399,6 +417,25 @@ def _cell(model: str, system: str, sysm: _System, i: int, shape: Shape, args: tu
     rows += [_row(model, system, shape, k, v) for k, v in sysm.counts().items()]
     rows += [_row(model, system, shape, f"phase_{k}_s", v) for k, v in sysm.phases().items()]
     return rows
+
+
+@contextlib.contextmanager
+def system_context(system: str, cfg: Config):
+    """What a system's calls run under: ``no_grad``, TF32 off with ``cfg.fp32``; torch.compile
+    systems: Dynamo reset (before and after) with its counters cleared and ``recompile_limit``
+    at ``RECOMPILE_LIMIT``."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        if cfg.fp32:
+            stack.enter_context(zoo.fp32_math())
+        if system.startswith("torch.compile"):
+            from torch._dynamo.utils import counters
+
+            torch._dynamo.reset()
+            counters.clear()
+            stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
+            stack.callback(torch._dynamo.reset)
+        yield
 
 
 def run_one(model: str, system: str, cfg: Config,
@@ -421,18 +458,7 @@ def run_one(model: str, system: str, cfg: Config,
         for shape in shapes:
             fail(shape, reason)
         return rows
-    tc = system.startswith("torch.compile")
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(torch.no_grad())
-        if cfg.fp32:
-            stack.enter_context(zoo.fp32_math())
-        if tc:
-            from torch._dynamo.utils import counters
-
-            torch._dynamo.reset()
-            counters.clear()
-            stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
-            stack.callback(torch._dynamo.reset)
+    with system_context(system, cfg):
         stage = ["build"]
         try:
             dt = cfg.torch_dtype
@@ -489,11 +515,13 @@ def _paired(model: str, sysm: "_Dlcb", shape: Shape, args: tuple, cfg: Config
     Cells of the two systems run minutes apart on a noisy machine; this is the ratio itself."""
     dyn = sysm.cms[0]
     static = dl.compile(sysm.m, args, dynamic=False, backend=sysm.backend)
-    median = zoo._event_median_ms if cfg.cuda else _wall_median_ms
+
+    def median(fn):
+        return statistics.median(time_calls(fn, cfg.reps, cfg.warmup, cfg.cuda))
     times: dict[str, list[float]] = {"paired_ms": [], "paired_static_ms": []}
     for _ in range(PAIRED_ROUNDS):
-        times["paired_ms"].append(median(lambda: dyn(*args), cfg.reps, cfg.warmup))
-        times["paired_static_ms"].append(median(lambda: static(*args), cfg.reps, cfg.warmup))
+        times["paired_ms"].append(median(lambda: dyn(*args)))
+        times["paired_static_ms"].append(median(lambda: static(*args)))
     return [_row(model, "dlcb-dynamic", shape, k, statistics.median(v)) for k, v in times.items()]
 
 
@@ -597,6 +625,22 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
         return got
 
 
+def untimed(cell: str, rows: Sequence[dict[str, Any]], width: int = 240) -> str:
+    """One line saying why ``cell``'s shapes have no time ('' when all have one):
+    ``skipped <cell>: <why>`` when the system cannot run on this device, else ``failed <cell>
+    (<k> of <n> shapes): <why>`` (the first untimed shape's reason, cut to ``width``)."""
+    ms = [r for r in rows if r["metric"] == "ms"]
+    bad = [r for r in ms if r["value"] is None or r["value"] != r["value"]]   # None or NaN
+    if not bad:
+        return ""
+    why = " ".join(str(bad[0]["error"] or "no time and no reason recorded").split())
+    if why.startswith("skipped: ") and len(bad) == len(ms):
+        line = f"skipped {cell}: {why[len('skipped: '):]}"
+    else:
+        line = f"failed {cell} ({len(bad)} of {len(ms)} shapes): {why}"
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
 def frame(rows: Iterable[dict[str, Any]]) -> "pd.DataFrame":
     import pandas as pd
 
@@ -634,7 +678,8 @@ def run(models: Sequence[str], systems: Sequence[str] = SYSTEMS, cfg: Config = C
                 frame(rows).to_csv(save, index=False)
             if log:
                 errs = sorted({r["error"][:160] for r in got if r["error"]})
-                log(f"{model} {system}: {time.perf_counter() - t0:.1f} s"
+                log(untimed(f"{model} {system}", got)
+                    or f"{model} {system}: {time.perf_counter() - t0:.1f} s"
                     + (f"; {' / '.join(errs)}" if errs else ""))
     return frame(rows)
 
@@ -671,6 +716,44 @@ def summary(df: "pd.DataFrame") -> "pd.DataFrame":
     return out
 
 
+SPREAD = ("min_ms", "median_ms", "max_ms")
+
+
+def spread(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Per timed cell, in the rows' order: model, batch, seq, res, system and ``SPREAD``, the
+    fastest, median and slowest of its timed calls (metrics ``ms_min``, ``ms``, ``ms_max``;
+    blank where rows predate ``ms_min`` and ``ms_max``)."""
+    import pandas as pd
+
+    keys = ["model", "batch", "seq", "res", "system"]
+    col = {"ms_min": "min_ms", "ms": "median_ms", "ms_max": "max_ms"}
+    t = df[df["metric"].isin(list(col)) & df["value"].notna()]
+    rows = []
+    for k, g in t.groupby(keys, sort=False, dropna=False):
+        v = {col[m]: x for m, x in zip(g["metric"], g["value"])}
+        if "median_ms" in v:
+            rows.append({**dict(zip(keys, k)), **{c: v.get(c, math.nan) for c in SPREAD}})
+    out = pd.DataFrame(rows, columns=[*keys, *SPREAD])
+    return out.astype({k: "Int64" for k in ("batch", "seq", "res")})
+
+
+def report(df: "pd.DataFrame", markdown: bool = False) -> str:
+    """The console summary of a run: ``spread`` (ms per call: min / median / max over each
+    timed cell's calls), then ``summary`` (speedups over eager's median), each under a title."""
+    def table(t: "pd.DataFrame") -> str:
+        return zoo.to_markdown(t) if markdown else \
+            t.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+    sp = spread(df)
+    out = [f"ms per call over each cell's timed calls ({len(sp)} cells): min / median / max\n"
+           + (table(sp) if len(sp) else "(no timed cell)")]
+    ms = df[(df["metric"] == "ms") & df["value"].notna()]
+    if (ms["system"] == "eager").any():
+        out.append("speedup over eager (eager's median ms / the system's)\n"
+                   + table(summary(df)))
+    else:
+        out.append("no eager times: no speedup summary")
+    return "\n\n".join(out)
 
 
 def _cmd(*cmd: str, cwd: str | None = None) -> str | None:
@@ -752,42 +835,90 @@ def _names(s: str | None, default: Sequence[str]) -> list[str]:
                                                           if x.strip()]
 
 
+def _csv(v: Iterable[Any]) -> str:
+    return ",".join(map(str, v))
+
+
+class DefaultsHelp(argparse.HelpFormatter):
+    """Help that ends every option with its default: ``(default: <value>)`` unless the help
+    states its own ``(default: ...)``; ``off`` for a flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or not action.option_strings or \
+                action.default is argparse.SUPPRESS:
+            return text
+        return text + (" (default: off)" if action.nargs == 0 else " (default: %(default)s)")
+
+
+def config_args(ap: argparse.ArgumentParser) -> None:
+    """The options ``python -m dlcb_lab.bench.models`` and ``dlcb-lab bench`` share (each adds
+    its own ``--res`` and ``--out``); ``shape_defaults`` fills the ones left out."""
+    f, t = FULL, TINY
+    ap.add_argument("--models", help=f"comma-separated: zoo.MODELS names, bert, gpt2 (default: "
+                                     f"{', '.join(DEFAULT_MODELS)})")
+    ap.add_argument("--systems", help=f"comma-separated (default: {', '.join(SYSTEMS)})")
+    ap.add_argument("--device", choices=["cuda", "cpu"],
+                    help="(default: cuda if torch sees a GPU, else cpu)")
+    ap.add_argument("--batches", help=f"comma-separated (default: {_csv(f['batches'])}; "
+                                      f"--tiny: {_csv(t['batches'])})")
+    ap.add_argument("--seqs", help=f"text: sequence lengths, each at every batch (default: "
+                                   f"{_csv(f['seqs'])}; --tiny: {_csv(t['seqs'])})")
+    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128 (default: "
+                                          "--batches x --seqs)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="a CPU smoke test: 2-layer, width-32 transformers and the --tiny "
+                         "defaults of the shape and timing options")
+    ap.add_argument("--reps", type=int, help=f"timed calls per shape (default: {f['reps']}; "
+                                             f"--tiny: {t['reps']})")
+    ap.add_argument("--warmup", type=int, help=f"untimed calls before them (default: "
+                                               f"{f['warmup']}; --tiny: {t['warmup']})")
+    ap.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                    help="the model's parameters and the image inputs")
+    ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
+    ap.add_argument("--paired", action="store_true",
+                    help="dlcb-dynamic: also time it against a static compile in turn "
+                         "(paired_ms, paired_static_ms)")
+    ap.add_argument("--timeout", type=float, default=3600.0,
+                    help="s per (model, system) process")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+
+
+def shape_defaults(tiny: bool, **given: Any) -> dict[str, Any]:
+    """``given`` (batches, seqs, res, reps, warmup) with each None replaced by ``TINY``'s value
+    if ``tiny``, else ``FULL``'s."""
+    d = TINY if tiny else FULL
+    return {k: d[k] if v is None else v for k, v in given.items()}
+
+
+def text_pairs(s: str | None) -> tuple[tuple[int, int], ...] | None:
+    """``"1x32,8x128"`` -> ((1, 32), (8, 128)); None stays None."""
+    if not s:
+        return None
+    return tuple((int(b), int(q)) for b, q in (p.lower().split("x") for p in s.split(",")))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dlcb_lab.bench.models",
-                                 description=__doc__.split("\n\n")[0],
+                                 description=__doc__.split("\n\n")[0], formatter_class=DefaultsHelp,
                                  epilog="Columns and metrics: see the module docstring "
                                         "(python -c 'import dlcb_lab.bench.models as m; "
                                         "help(m)').")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--models", help=f"comma-separated (default {','.join(DEFAULT_MODELS)})")
-    ap.add_argument("--systems", help=f"comma-separated (default {','.join(SYSTEMS)})")
-    ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--seqs", default="32,128,512", help="text: sequence lengths x --batches")
-    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128,32x512")
-    ap.add_argument("--res", type=int, help=f"image side (default 224; --tiny {TINY_RES})")
-    ap.add_argument("--tiny", action="store_true", help="tiny transformer configs, small images")
-    ap.add_argument("--reps", type=int, default=30, help="timed calls per cell")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before them")
-    ap.add_argument("--fp32", action="store_true", help="TF32 off in cuBLAS and cuDNN")
-    ap.add_argument("--paired", action="store_true",
-                    help="dlcb-dynamic: also time it against a static compile in turn")
-    ap.add_argument("--dtype", default="float32", choices=list(DTYPES),
-                    help="model and image inputs in this dtype")
+    config_args(ap)
+    ap.add_argument("--res", type=int, help=f"image side (default: {FULL['res']}; --tiny: "
+                                            f"{TINY['res']})")
     ap.add_argument("--out", default="data/bench", help="folder for models.csv and env.json")
-    ap.add_argument("--markdown", action="store_true", help="print the summary as Markdown")
     ap.add_argument("--in-process", action="store_true",
                     help="no subprocess per (model, system) (caches still fresh; debugging)")
-    ap.add_argument("--timeout", type=float, default=3600.0, help="s per (model, system)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
         return _child(a.one)
-    pairs = None
-    if a.text_shapes:
-        pairs = tuple(tuple(int(v) for v in p.lower().split("x")) for p in a.text_shapes.split(","))
-    cfg = Config(device=a.device, batches=_ints(a.batches), seqs=_ints(a.seqs),
-                 text_shapes=pairs, res=a.res, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
-                 fp32=a.fp32, dtype=a.dtype, paired=a.paired)
+    d = shape_defaults(a.tiny, batches=a.batches and _ints(a.batches),
+                       seqs=a.seqs and _ints(a.seqs), res=a.res, reps=a.reps, warmup=a.warmup)
+    cfg = Config(device=a.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                 text_shapes=text_pairs(a.text_shapes), tiny=a.tiny, fp32=a.fp32, dtype=a.dtype,
+                 paired=a.paired, **d)
     if cfg.cuda and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)
@@ -802,11 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         ap.error(str(err))
     log(f"wrote {out / 'models.csv'} ({len(df)} rows) and {out / 'env.json'}")
-    if "eager" in set(df["system"]) and df[df["system"] == "eager"]["value"].notna().any():
-        s = summary(df)
-        print(zoo.format_table(s, a.markdown))
-    else:
-        print("no eager times: no speedup summary")
+    print(report(df, a.markdown))
     return 0
 
 

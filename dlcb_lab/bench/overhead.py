@@ -74,12 +74,12 @@ def run(backend: str = "auto", batches=(1, 8, 64, 1024, 16384), with_inductor: b
     return pd.DataFrame(rows, columns=["system", "metric", "batch", "value"])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", default="")
     ap.add_argument("--no-inductor", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     df = run(a.backend, with_inductor=not a.no_inductor)
     if a.out:
         df.to_csv(a.out, index=False)

@@ -326,7 +326,8 @@ def _sync(device: str | torch.device) -> None:
 def _variant_builds(cm: dl.CompiledModule) -> int:
     """Kernels built by variants (a call on the other side of a branch on sizes, or at a size 1
     the general program refuses: compiled once, on that call)."""
-    return sum(v.stats()["kernel_builds"] for v in cm.variants.values() if v is not None)
+    return sum(v.stats()["kernel_builds"] for v in cm.variants.values()
+               if isinstance(v, dl.CompiledModule))
 
 
 def compile_model(name: str, backend: str = "cpu", batch: int = 1, res: Res | None = None,
@@ -439,9 +440,10 @@ def sweep(names: Iterable[str], backend: str = "cpu", log: Callable[[str], None]
 
 # --- GPU benchmark -------------------------------------------------------------------------------
 
-def _event_median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
-    """Median over ``reps`` calls of the CUDA-event time from just before to just after one call
-    (host launch gaps included: the stream idles while the host is still launching)."""
+def event_times_ms(fn: Callable[[], Any], reps: int, warmup: int) -> list[float]:
+    """The CUDA-event time of each of ``reps`` calls after ``warmup`` untimed ones, from just
+    before to just after the call (host launch gaps included: the stream idles while the host is
+    still launching), in ms."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -452,7 +454,12 @@ def _event_median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in evs)
+    return [s.elapsed_time(e) for s, e in evs]
+
+
+def _event_median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
+    """Median of ``event_times_ms``."""
+    return statistics.median(event_times_ms(fn, reps, warmup))
 
 
 def peak_mb(fn: Callable[[], Any]) -> float:
