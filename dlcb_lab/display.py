@@ -1,5 +1,11 @@
-"""Notebook display hook for the stage objects. The renderings live in ``dlcb_lab.viz``, imported on
-first display only: the compiler core never imports the notebook layer."""
+"""The display hook of the stage records: the core's one door to the notebook layer.
+
+Jupyter asks an object for its rendering by calling ``_repr_mimebundle_``; the renderings live in
+``dlcb_lab.viz`` (which takes the records and may import anything), so this hook imports
+``viz.render`` on first display, inside the call. No other core module imports ``viz``, at module
+level or inside a function (``tests/test_structure.py``'s layering test): what a record does not
+display by itself is a function of it in ``viz`` (``viz.stepper(trace)``, ``viz.dump(pipeline,
+directory)``)."""
 
 from __future__ import annotations
 

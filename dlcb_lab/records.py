@@ -1,13 +1,16 @@
-"""The stage records of one compile: what ``dl.compile`` leaves behind for inspection (``viz/``
-renders these). Each is immutable; ``Pipeline`` holds every stage's object, ``Kernel`` one
-generated kernel (its body, sources and, once built, its launcher), ``DimTable`` the
-classification of every axis after the solve."""
+"""The stage records of one compile: what ``dl.compile`` leaves behind for inspection. Each is
+immutable; ``Pipeline`` holds every stage's object, ``Kernel`` one generated kernel (its body,
+sources and, once built, its launcher), ``DimTable`` the classification of every axis after the
+solve, ``Report`` the stages of a compiled module and the call on some inputs.
+
+The renderings (``dlcb_lab.viz``) take these records; a record never imports them. Its one door to
+the notebook layer is the display hook it inherits (``display.Rich``)."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from .dims import Constraints, DimKind, Expr, Lit, SolverTrace, Var
 from .display import Rich
@@ -58,6 +61,15 @@ class DimTable(Rich):
         return tuple(r for r in self.rows if r.value == value)
 
     def counts(self) -> dict[str, int]:
+        """Distinct dims by kind: a dim is an expression (interned), however many axes it sizes
+        (``axis_counts``: the axes). The report counts the same way."""
+        seen: dict[str, set] = {k.value: set() for k in DimKind}
+        for r in self.rows:
+            seen[r.kind.value].add(r.expr)
+        return {k: len(v) for k, v in seen.items()}
+
+    def axis_counts(self) -> dict[str, int]:
+        """Axes (value, axis) by the kind of the dim that sizes them."""
         out = {k.value: 0 for k in DimKind}
         for r in self.rows:
             out[r.kind.value] += 1
@@ -70,7 +82,7 @@ class DimTable(Rich):
                              for r in self.rows], columns=["value", "axis", "expr", "kind", "why"])
 
     def __repr__(self) -> str:
-        lines = [f"DimTable {self.counts()}"]
+        lines = [f"DimTable: dims {self.counts()}, axes {self.axis_counts()}"]
         by: dict[str, list[DimRow]] = {}
         for r in self.rows:
             by.setdefault(r.value, []).append(r)
@@ -171,7 +183,8 @@ class Kernel(Rich):
 @dataclass(frozen=True)
 class Pipeline(Rich):
     """Every stage object of one compile. ``timings``: seconds per pipeline step, in order
-    (``capture``, ``lower``, ``generalize``, ``passes``, ``kgen``, ``hostgen``, ``build``)."""
+    (``capture``, ``lower``, ``generalize``, ``passes``, ``kgen``, ``hostgen``, ``build``).
+    As named files for reading outside a notebook: ``dlcb_lab.viz.dump(pipeline, directory)``."""
 
     graph: Graph
     constraints: Constraints
@@ -190,19 +203,47 @@ class Pipeline(Rich):
         """The per-step table: library calls and generated kernels, the ops each computes."""
         return self.graph.partition
 
-    def dump(self, directory, report: bool = True):
-        """Write this compile as readable named files into ``directory`` (``<kernel>.cu``,
-        ``<kernel>.py``, ``constraints.csv``, ``solver_trace.csv``, ``dims.csv``, ``graph.txt``,
-        ``host_program.txt``, ``launch_plan.txt``, ``report.html``, listed in ``index.txt``;
-        ``viz.dump``) and return its ``Path``."""
-        from .viz.dump import dump
-
-        return dump(self, directory, report=report)
-
     def __repr__(self) -> str:
         t = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
         return (f"Pipeline: {len(self.graph.nodes)} ops, {len(self.constraints)} constraints, "
-                f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual, "
-                f"dims {self.dims.counts()}, {len(self.kernels)} kernels, "
+                f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual "
+                f"constraints, dims {self.dims.counts()}, {len(self.kernels)} kernels, "
                 f"{len(self.host_program.instrs)} host instructions, thunks "
                 f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}")
+
+
+@dataclass(frozen=True, eq=False)
+class Report(Rich):
+    """Every stage of one compile on one page (``CompiledModule.report(*inputs)``,
+    ``dl.explore``): displayed in a notebook as pure-CSS tabs, one per stage (``TABS``), or
+    written by ``to_html(path)`` as a standalone page. ``module``: the compiled module (what the
+    page reads of it: ``pipeline``, ``stats()`` and ``trace``); ``inputs``: tensors or shapes of
+    the user inputs, whose call trace (the host program's registers and checks, the launches)
+    gets a tab of its own. The panels are ``dlcb_lab.viz.report.sections(report)``."""
+
+    module: Any
+    inputs: tuple = ()
+
+    TABS: ClassVar[tuple[str, ...]] = (
+        "Summary", "Graph", "Constraints", "Solver trace", "Dims", "Kernels", "Host program",
+        "Call trace", "Launch plan", "Passes")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.module.pipeline
+
+    @property
+    def tabs(self) -> tuple[str, ...]:
+        """The tabs this page has: ``TABS``, less "Call trace" without inputs."""
+        return tuple(t for t in self.TABS if t != "Call trace" or self.inputs)
+
+    @property
+    def trace(self) -> Any:
+        """``module.trace(*inputs)`` (a ``LaunchTrace``), or ``None`` without inputs."""
+        return self.module.trace(*self.inputs) if self.inputs else None
+
+    def __repr__(self) -> str:
+        return f"Report({self.module!r}; tabs: {', '.join(self.tabs)})"

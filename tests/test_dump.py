@@ -1,4 +1,4 @@
-"""``Pipeline.dump(dir)``: the named files, each holding exactly its stage object (kernel sources
+"""``dlcb_lab.viz.dump(pipeline, dir)``: the named files, each holding exactly its stage object (kernel sources
 equal to ``Kernel.cuda_source``/``numba_source``, one CSV row per constraint, rule application and
 axis), an index naming every file, a report page; and the same without graphviz and ipywidgets."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,10 @@ import torch
 
 import dlcb_lab as dl
 from dlcb_lab.kgen.emit import CUDA_PRELUDE, PY_PRELUDE
-from dlcb_lab.viz import dump as D
+import dlcb_lab.viz as viz
 from dlcb_lab.viz.diagrams import NO_GRAPHVIZ
-from dlcb_lab.viz.stepper import is_trivial
+from dlcb_lab.viz.files import _aliases
+from dlcb_lab.viz.solve import is_trivial
 from htmlcheck import check_html
 
 from models import Pools, Worked
@@ -38,7 +40,7 @@ def rows(path: Path) -> list[dict]:
 
 def test_dump_writes_every_stage(pools, tmp_path):
     p = pools.pipeline
-    out = p.dump(tmp_path / "dump")
+    out = viz.dump(p, tmp_path / "dump")
     assert out == tmp_path / "dump" and out.is_dir()
     files = sorted(f.name for f in out.iterdir())
     want = {"index.txt", "prelude.cuh", "constraints.csv", "solver_trace.csv", "dims.csv",
@@ -88,7 +90,7 @@ def test_dump_writes_every_stage(pools, tmp_path):
     got = rows(out / "dims.csv")
     assert [(r["value"], int(r["axis"]), r["expr"], r["kind"]) for r in got] == [
         (d.value, d.axis, repr(d.expr), d.kind.value) for d in p.dims.rows]
-    if D._aliases(p):
+    if _aliases(p):
         assert any(r["alias"] for r in got)
         host = (out / "host_program.txt").read_text(encoding="utf-8")
         assert "# aliases of long dims" in host
@@ -102,7 +104,7 @@ def test_dump_writes_every_stage(pools, tmp_path):
     check_html(page)
     assert "dlcb_lab pipeline report" in page and 'class="dl-stepper"' in page
     # a second dump into the same folder replaces the files
-    assert p.dump(out, report=False) == out and (out / "report.html").exists()
+    assert viz.dump(p, out, report=False) == out and (out / "report.html").exists()
 
 
 _NO_VIZ_DEPS = r"""
@@ -110,11 +112,11 @@ import sys
 sys.modules["graphviz"] = None        # import graphviz / ipywidgets raise ImportError
 sys.modules["ipywidgets"] = None
 sys.path.insert(0, "tests")
-import torch, dlcb_lab as dl
+import torch, dlcb_lab as dl, dlcb_lab.viz as viz
 from models import Worked
 cm = dl.compile(Worked(), (torch.randn(3, 4, 6), torch.randn(1, 4, 1)), dynamic={0: {0: "N"}},
                 backend="cpu")
-out = cm.pipeline.dump(sys.argv[1])
+out = viz.dump(cm.pipeline, sys.argv[1])
 print(sorted(f.name for f in out.iterdir()))
 """
 
@@ -136,7 +138,25 @@ def test_dump_without_graphviz_or_ipywidgets(tmp_path):
     # the same compile with graphviz: the same data files
     cm = dl.compile(Worked(), (torch.randn(3, 4, 6), torch.randn(1, 4, 1)),
                     dynamic={0: {0: "N"}}, backend="cpu")
-    full = cm.pipeline.dump(tmp_path / "full", report=False)
+    full = viz.dump(cm.pipeline, tmp_path / "full", report=False)
     for name in ("constraints.csv", "dims.csv", "graph.txt", "host_program.txt",
                  "dlcb_k0_reshape.cu"):
         assert (full / name).read_text() == (out / name).read_text(), name
+
+
+def test_dump_of_a_compiled_module_summarizes_it(pools, tmp_path):
+    """Given the compiled module rather than its pipeline, the dump is the pipeline's files and
+    the report's summary is the module's own (its calls so far), not one read off the pipeline."""
+    pools(torch.randn(1, 3, 32, 40))
+    calls = pools.stats()["calls"]
+    assert calls >= 1
+    a = viz.dump(pools, tmp_path / "module")
+    b = viz.dump(pools.pipeline, tmp_path / "pipeline")
+    for name in ("graph.txt", "dims.csv", "host_program.txt", "launch_plan.txt"):
+        assert (a / name).read_text() == (b / name).read_text(), name
+    summary = [re.search(r'<h3 class="dl-stage">Summary</h3>(.*?)<h3 class="dl-stage">',
+                         (d / "report.html").read_text(encoding="utf-8"), re.S)[1]
+               for d in (a, b)]
+    stat = "<tr><td>{}</td><td>{}</td></tr>".format
+    assert stat("compiles", 1) in summary[0] and stat("calls", calls) in summary[0]
+    assert "<td>compiles</td>" not in summary[1]   # read off the pipeline: no compile count

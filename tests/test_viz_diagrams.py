@@ -313,6 +313,60 @@ def test_large_graph_folds_repeated_blocks(resnet):
     assert r.svg == svg and "ops hidden" in r.html
 
 
+class Dense(torch.nn.Module):
+    """A DenseNet-style block: each layer reads the concatenation of every earlier output, so no
+    two layers are the same graph (the concatenation grows by one operand each time); a second
+    output reads three layers' results."""
+
+    def __init__(self, layers: int = 56, growth: int = 2):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(3 + growth * i, growth, 3, padding=1)
+                                         for i in range(layers))
+
+    def forward(self, x):
+        feats = [x]
+        for conv in self.convs:
+            feats.append(torch.relu(conv(torch.cat(feats, 1))))
+        return torch.cat(feats, 1), torch.cat(feats[2:5], 1).amax(1)
+
+
+def test_dense_graph_folds_blocks_that_read_more_earlier_results():
+    """Past ``LOOSE_AT`` drawn ops, layers of the same ops fold although each reads one more
+    earlier result; the marker says so and counts what it hides; the values a folded block
+    passes to one later op are one edge (its label says how many more); the tables' dim aliases
+    stay the drawing's."""
+    from dlcb_lab.viz.diagrams import LOOSE_AT, _graph, drawn_edges, fold_units, graph_units
+    from dlcb_lab.viz.tables import dim_aliases
+
+    g = to_ir(Dense().eval(), (torch.randn(2, 3, 8, 8),), {0: {0: "N", 2: "H", 3: "W"}})
+    units = graph_units(g)
+    assert len(g.nodes) > LOOSE_AT
+    exact = fold_units(g, units, loose_at=None)
+    assert sum(f.hidden_ops for f in exact) < len(g.nodes) - LOOSE_AT   # too little folds
+    folds = fold_units(g, units)
+    assert any(f.loose for f in folds) and not any(f.loose for f in exact)
+    svg, legend = _graph(g, None)
+    hidden = [int(n) for n in re.findall(r"… (\d+) ops hidden", svg)]
+    drawn = sum(1 for i in svg_nodes(svg) if re.fullmatch(r"n\d+", i))
+    assert drawn + sum(hidden) == len(g.nodes) and drawn < 0.2 * len(g.nodes)
+    assert sum(f.hidden_ops for f in folds) == sum(hidden)
+    assert "reading other earlier results" in " ".join(texts(svg))
+    rep = {n.out.id: f"n{n.out.id}" for n in g.nodes}
+    for fi, f in enumerate(folds):
+        for u in f.hidden:
+            rep.update({n.out.id: f"fold{fi}" for n in units[u].nodes})
+    edges = drawn_edges(g, rep, False)
+    from_folds = [(src, dst, len(vals)) for src, dst, vals in edges if src.startswith("fold")]
+    assert len({(s, d) for s, d, _ in from_folds}) == len(from_folds)
+    assert any(k > 1 for _, _, k in from_folds)
+    assert svg.count('class="edge"') == len(edges) + len(g.outputs)
+    assert any(re.fullmatch(r"\[.*\] \+\d+", t) for t in texts(svg))   # "[N, 2, H, W] +5"
+    aliases = {dim_text(e): a for e, a in dim_aliases(g).items()}
+    for line in legend:
+        a, text = line.split(" = ", 1)
+        assert aliases[text] == a, line
+
+
 def test_graph_header_counts_are_pluralized(small, conv):
     class One(torch.nn.Module):
         def forward(self, x):
@@ -330,30 +384,46 @@ def test_graph_header_counts_are_pluralized(small, conv):
 
 # -- report size -----------------------------------------------------------------------------------
 
-def test_report_size_prelude_once(resnet):
-    """ResNet-18's report (18 kernels): the CUDA prelude listed once, kernel sections closed,
-    each linking to the prelude, and a size bound. Measured at this commit: 0.81 MB in all, the
-    Kernels tab 17 KB per kernel; before, each kernel carried its own prelude (32 KB a copy:
-    1.35 MB, 48 KB per kernel). The bounds (1 MB; 22 KB per kernel) leave room for growth and
-    fail as soon as kernels repeat the prelude again."""
-    from dlcb_lab.kgen.emit import CUDA_PRELUDE
+def test_report_lists_each_code_once_in_the_backends_language(resnet):
+    """ResNet-18's report (18 kernels of 13 distinct codes, CPU backend): every kernel section is
+    closed and anchored, with its signature and coordinate map; the first kernel of each code
+    lists that code in the backend's language (numba: no CUDA listing and no CUDA prelude, a line
+    naming where the CUDA is), and a kernel of the same code as an earlier one links to that
+    listing instead of repeating it. Measured at this commit: 0.56 MB in all, the Kernels tab
+    5.6 KB per kernel; before, every kernel listed both languages (0.92 MB, 22 KB per kernel).
+    The bounds (0.75 MB; 9 KB per kernel) leave room for growth and fail as soon as kernels list
+    both languages or repeat a code again."""
+    from dlcb_lab.records import Report
+    from dlcb_lab.runtime.build import distinct
     from dlcb_lab.viz.code import PRELUDE_ID
-    from dlcb_lab.viz.report import Report
+    from dlcb_lab.viz.report import sections
 
     x = torch.randn(1, 3, 64, 64)
     rep = resnet.report(x)
     html = render(rep).html
     p = check_html(html)
     kernels = resnet.pipeline.kernels
-    first = CUDA_PRELUDE.split("\n")[0]
-    assert p.src["cuda"].count(first) == 1 and html.count(f'id="{PRELUDE_ID}"') == 1
-    sections = re.findall(r'<details id="dlcb-kernel-([^"]+)"([^>]*)>', html)
-    assert [n for n, _ in sections] == [k.name for k in kernels]
-    assert all("open" not in attrs for _, attrs in sections)
-    assert html.count(f'href="#{PRELUDE_ID}"') == len(kernels)
-    panel = dict(rep.sections())["Kernels"]
-    assert len(panel.encode()) < 22_000 * len(kernels), len(panel.encode()) / len(kernels)
-    assert len(html.encode()) < 1_000_000
+    first = distinct([k.body for k in kernels], "cpu")
+    assert len(set(first)) == 13 and len(kernels) == 18
+    listed = [line for i, k in enumerate(kernels) if first[i] == i
+              for line in k.numba_source.split("\n")]
+    assert set(p.src) == {"python"} and p.src["python"] == listed   # each code once, as written
+    assert PRELUDE_ID not in html and "__global__" not in p.text
+    found = re.findall(r'<details id="dlcb-kernel-([^"]+)"([^>]*)>(.*?)(?=<details id="dlcb-k|$)',
+                       html, re.S)
+    assert [n for n, _, _ in found] == [k.name for k in kernels]
+    assert all("open" not in attrs for _, attrs, _ in found)
+    for i, (name, _, body) in enumerate(found):
+        assert "<b>Coordinate map</b>" in body and "<th>parameter</th>" in body
+        if first[i] == i:
+            assert f"({name}.cu)" in unescape(re.sub(r"<[^>]+>", "", body))
+            assert 'class="dl-same"' not in body
+        else:
+            link = re.search(r'<div class="dl-same">.*?href="#dlcb-kernel-([^"]+)"', body)[1]
+            assert link == kernels[first[i]].name and 'class="dl-code"' not in body
+    panel = dict(sections(rep))["Kernels"]
+    assert len(panel.encode()) < 9_000 * len(kernels), len(panel.encode()) / len(kernels)
+    assert len(html.encode()) < 750_000
     assert isinstance(rep, Report)
 
 

@@ -28,7 +28,8 @@ from dlcb_lab.dims import (Contradiction, Expr, FloorDiv, Mod, Prod, Provenance,
                            Sum, Var, lit, prod, shape, solve, var)
 from dlcb_lab.dims.solver import Bind, Fail, Replace, SolverState, SolverTrace, TraceRecord
 from dlcb_lab.display import Rich
-from dlcb_lab.viz import stepper as S
+import dlcb_lab.viz as viz
+from dlcb_lab.viz import solve as S
 from dlcb_lab.viz.render import render, write_html
 from htmlcheck import check_html
 
@@ -458,7 +459,7 @@ def test_contradiction_trace_shows_the_failing_step(clash):
     assert "1 contradiction" in text_of(h)
     states = list(trace.replay())
     assert states[-1].failed is not None and states[-1].failed.id == last.constraint_id
-    w = trace.stepper()
+    w = viz.stepper(trace)
     w.slider.value = len(trace) - 1
     assert w.current is last
     assert "contradiction: " + last.outcome.why in text_of(w.step_html.value)
@@ -616,7 +617,7 @@ def test_stepper_hides_trivial_steps_by_default(two_branch):
     tr = two_branch.pipeline.solver_trace
     triv = [t.step for t in tr if S.is_trivial(t)]
     assert triv and all(isinstance(tr[k].outcome, S.Drop) for k in triv)
-    w = tr.stepper()
+    w = viz.stepper(tr)
     assert w.visible == [t.step for t in tr if t.step not in triv]
     assert w.trivial.description == f"trivial ({len(triv)})"
     w.go(triv[0])                                   # going to a trivial step shows them
@@ -676,7 +677,7 @@ def test_stepper_dag(worked):
 
 def test_stepper_mimebundle_has_static_fallback(worked):
     trace = worked.pipeline.solver_trace
-    w = trace.stepper()
+    w = viz.stepper(trace)
     b = w._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in b
     uid = lambda h: re.sub(r"dl-st-[0-9a-f]{12}", "ID", h)
@@ -866,7 +867,7 @@ def test_nbconvert_export_of_the_widget_keeps_a_working_stepper(worked, tmp_path
     bundle = S.stepper(trace)._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("trace.stepper()")
+    cell = nbformat.v4.new_code_cell("viz.stepper(trace)")
     cell.outputs = [nbformat.v4.new_output("display_data", data=bundle)]
     nb.cells = [cell]
     body, _ = nbconvert.HTMLExporter().from_notebook_node(nb)

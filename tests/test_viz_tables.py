@@ -63,7 +63,7 @@ def test_tables_fold_past_rows_with_a_visible_marker(pools):
     assert f"{n - T.ROWS} more rows" in text_of(h)
     # every instruction is still there, behind the marker
     assert len(re.findall(r"<tr><td>\d+</td><td><code>", h)) == n
-    small = render(dl.compile(Reshape(), (torch.randn(3, 4, 6),), backend="cpu")
+    small = render(dl.compile(Reshape(), (torch.randn(3, 4, 6),), dynamic=False, backend="cpu")
                    .pipeline.host_program).html
     assert "more rows" not in text_of(small)
 
@@ -164,7 +164,7 @@ def test_solve_overview_leads_with_derived_dims(pools):
 
 def test_solve_overview_names_pins_and_residuals():
     # a static reshape pins its -1 to a literal: the pin names the reshape's constraint
-    cm = dl.compile(Reshape(), (torch.randn(3, 4, 6),), backend="cpu")
+    cm = dl.compile(Reshape(), (torch.randn(3, 4, 6),), dynamic=False, backend="cpu")
     pins = T.literal_pins(cm.pipeline.graph)
     assert pins and all(isinstance(k, int) for _, k, _ in pins)
     v, k, c = pins[0]

@@ -23,7 +23,7 @@ from ..kgen.emit import CUDA_PRELUDE
 from ..kgen.kir import CoordMap, IdxDivMod, IdxProd, IdxSum, KernelBody, Load, Loop
 from .diagrams import dim_text
 from .render import Rendering, renders
-from .style import block, esc, scoped, table
+from .style import block, esc, kernel_link, scoped, table
 
 CODE_CSS = scoped("""
 S { --dl-c-kw: var(--jp-mirror-editor-keyword-color, var(--dl-p-c-kw));
@@ -100,7 +100,11 @@ def highlight_lines(source: str, language: str) -> tuple[str, ...]:
                 blank += part
             elif part:
                 part, blank = blank + part, ""
-                cur.append(f'<span class="{cls}">{esc(part)}</span>' if cls else esc(part))
+                if cls and cur and cur[-1].startswith(f'<span class="{cls}">') and \
+                        cur[-1].endswith("</span>"):   # one span for a run of one class
+                    cur[-1] = cur[-1][:-7] + esc(part) + "</span>"
+                else:
+                    cur.append(f'<span class="{cls}">{esc(part)}</span>' if cls else esc(part))
             if i < len(parts) - 1:
                 lines.append(_close_line(cur, blank))
                 cur, blank = [], ""
@@ -200,9 +204,9 @@ def code_table(source: str, language: str, sections: Sequence[tuple[int, KernelB
                first: int = 0, last: int | None = None,
                html: Sequence[str] | None = None) -> str:
     """Lines ``[first, last)`` of ``source`` as a table: number, highlighted code (``dl-src``
-    cells, in order, hold exactly the source text), note. ``sections``: (first line, body) whose
-    ``line_notes`` annotate the lines from there on. ``html``: the highlighted lines, if at hand
-    (default ``highlight_lines``)."""
+    cells, in order, hold exactly the source text), note (a line without one has no third cell).
+    ``sections``: (first line, body) whose ``line_notes`` annotate the lines from there on.
+    ``html``: the highlighted lines, if at hand (default ``highlight_lines``)."""
     lines = source.split("\n")
     html = highlight_lines(source, language) if html is None else html
     last = len(lines) if last is None else last
@@ -218,17 +222,19 @@ def code_table(source: str, language: str, sections: Sequence[tuple[int, KernelB
         note = notes.get(name, "") if name else ""
         cls = ' class="dl-ann"' if note else ""
         rows.append(f'<tr{cls}><td class="dl-ln">{i + 1}</td><td class="dl-src">{html[i]}</td>'
-                    f'<td class="dl-note">{note}</td></tr>')
+                    + (f'<td class="dl-note">{note}</td>' if note else "") + "</tr>")
     return (f'<table class="dl-code" data-lang="{esc(language)}"><tbody>{"".join(rows)}'
             "</tbody></table>")
 
 
-def load_lines(source: str, body: KernelBody, start: int = 0) -> dict[str, str]:
-    """Per load temporary of ``body``: the source line (from line ``start``) that declares it."""
+def load_lines(source: str, body: KernelBody, start: int = 0, language: str = "cuda"
+               ) -> dict[str, str]:
+    """Per load temporary of ``body``: the source line (from line ``start``) that declares it;
+    ``language``: "cuda" or "python" (numba)."""
     want = set(body.coord_map.temps)
     out: dict[str, str] = {}
     for line in source.split("\n")[start:]:
-        name = _declared(line, "cuda")
+        name = _declared(line, language)
         if name in want and name not in out:
             out[name] = line.strip()
     return out
@@ -254,10 +260,11 @@ def usage_html(source: str) -> str:
 
 
 # -- coordinate maps -------------------------------------------------------------------------------
-def coord_map_html(cm: CoordMap, lines: Mapping[str, str] | None = None) -> str:
+def coord_map_html(cm: CoordMap, lines: Mapping[str, str] | None = None,
+                   language: str = "CUDA") -> str:
     """``cm`` as tables: output coordinates, loops, and per load its buffer coordinates and the
-    reverse transforms (output inward) that produced them; ``lines``: load temporary -> the CUDA
-    line that reads it, shown when given."""
+    reverse transforms (output inward) that produced them; ``lines``: load temporary -> the line
+    of ``language`` that reads it, shown when given."""
     oc = table(["output coordinate", "from the thread index"],
                [(f"<code>{esc(n)}</code>", f"<code>{esc(e)}</code>") for n, e in cm.out_coords],
                raw=True)
@@ -266,7 +273,7 @@ def coord_map_html(cm: CoordMap, lines: Mapping[str, str] | None = None) -> str:
                   raw=True) if cm.loops else ""
     head = ["load", "buffer", "coordinates", "reverse transforms (output → load)"]
     if lines:
-        head.append("CUDA")
+        head.append(language)
     rows = []
     for k, (buf, coords) in enumerate(cm.loads):
         via = cm.via[k] if k < len(cm.via) else ()
@@ -320,16 +327,73 @@ def prelude_html() -> str:
             f"kernel's CUDA source, shown once)</summary>{listing}</details>")
 
 
-def kernel_html(k: Kernel, usage: bool = True, prelude: bool = True, style: bool = True) -> str:
+LANGUAGES = {"cuda": "CUDA C++", "cpu": "numba"}
+"""A backend's language, as a kernel's listing names it."""
+
+
+def kernel_html(k: Kernel, usage: bool = True, prelude: bool = True, style: bool = True,
+                other: bool = True, same_as: str | None = None) -> str:
     """The kernel: signature, coordinate map (with each load's CUDA line), CUDA source with ptxas
     resource usage (``usage``: one NVRTC compile, some 0.5 s, unless cached), numba source. The
     backend's language is open, the other folded. ``prelude``: the CUDA prelude's lines as a
     folded listing; else a link to its one listing in the page (``prelude_html``; line numbers
     stay those of ``k.cuda_source``). ``style``: carry ``CODE_CSS`` (a page that already has it
-    passes False)."""
+    passes False).
+
+    A page of many kernels (the report) lists the code that ran, once: without ``other`` only
+    the backend's language is listed (the coordinate map shows each load's line in it), and a
+    line says where the other is; ``same_as``, the name of an earlier kernel of the same code
+    (``runtime.build.distinct``, whose build this kernel launches), stands for the listings with
+    a link to that kernel's."""
+    gpu = k.backend == "cuda"
+    variants = len(k.body.variants())
+    head = (f"<div><b>Kernel</b> <code>{esc(k.name)}</code> [{esc(k.backend)}]"
+            + (f' <span class="muted">(+ cooperative variant <code>{esc(k.body.variant.name)}'
+               "</code>: one block per output element)</span>" if variants > 1 else "")
+            + "</div>")
+    css = f"<style>{CODE_CSS}</style>" if style else ""
+    lang = LANGUAGES.get(k.backend, k.backend)
+    if same_as is not None:
+        note = (f'<div class="dl-same">code: the same {esc(lang)} as {kernel_link(same_as)} '
+                "(less names and comments): this kernel launches that kernel's build; the "
+                "listing is there</div>")
+        return css + "".join([head, _signature(k), coord_map_html(k.coord_map), note])
+    if not other:
+        if gpu:
+            src = k.cuda_source
+            n_pre, sections = _sections(k)
+            listing = _cuda_listing(k, src, n_pre, sections, usage, prelude)
+            loads = load_lines(src, k.body, sections[0][0])
+        else:
+            src = k.numba_source
+            listing = code_table(src, "python", [(0, k.body)])
+            loads = load_lines(src, k.body, 0, "python")
+        where = ("the kernel's own display (<code>pipeline.kernels[i]</code>) and "
+                 "<code>dlcb_lab.viz.dump</code>")
+        elsewhere = (f'<div class="muted">its numba form: {where} (<code>{esc(k.name)}.py'
+                     "</code>)</div>" if gpu else
+                     f'<div class="muted">its CUDA C++ (what the cuda backend compiles, checked '
+                     f"by NVRTC): {where} (<code>{esc(k.name)}.cu</code>)</div>")
+        title = f"<b>{esc(lang)}</b>" + (" (compiles with NVRTC as shown" + (
+            "" if prelude or not n_pre else ", after the prelude") + ")" if gpu else "")
+        return css + "".join([head, _signature(k),
+                              coord_map_html(k.coord_map, loads, "CUDA" if gpu else "numba"),
+                              _details(title, listing, True), elsewhere])
     src = k.cuda_source
     n_pre, sections = _sections(k)
     loads = load_lines(src, k.body, sections[0][0])
+    cuda = _cuda_listing(k, src, n_pre, sections, usage, prelude)
+    numba = code_table(k.numba_source, "python", [(0, k.body)])
+    parts = [head, _signature(k), coord_map_html(k.coord_map, loads),
+             _details("<b>CUDA C++</b> (compiles with NVRTC as shown"
+                      + ("" if prelude or not n_pre else ", after the prelude") + ")", cuda, gpu),
+             _details("<b>numba</b>", numba, not gpu)]
+    return css + "".join(parts)
+
+
+def _cuda_listing(k: Kernel, src: str, n_pre: int, sections, usage: bool, prelude: bool) -> str:
+    """``k.cuda_source`` as a listing, ptxas's resource usage first (``usage``); the prelude
+    folded (``prelude``) or linked to its one listing in the page."""
     hl = _cuda_lines(src)
     if not n_pre:
         pre = ""
@@ -339,21 +403,8 @@ def kernel_html(k: Kernel, usage: bool = True, prelude: bool = True, style: bool
     else:
         pre = (f'<div class="muted">lines 1–{n_pre}: the <a href="#{PRELUDE_ID}">CUDA prelude</a>, '
                "shared by every kernel and listed once</div>")
-    cuda = ((usage_html(src) if usage else "") + pre
-            + code_table(src, "cuda", sections, n_pre, html=hl))
-    py = k.numba_source
-    numba = code_table(py, "python", [(0, k.body)])
-    variants = len(k.body.variants())
-    head = (f"<div><b>Kernel</b> <code>{esc(k.name)}</code> [{esc(k.backend)}]"
-            + (f' <span class="muted">(+ cooperative variant <code>{esc(k.body.variant.name)}'
-               "</code>: one block per output element)</span>" if variants > 1 else "")
-            + "</div>")
-    parts = [head, _signature(k), coord_map_html(k.coord_map, loads),
-             _details("<b>CUDA C++</b> (compiles with NVRTC as shown"
-                      + ("" if prelude or not n_pre else ", after the prelude") + ")", cuda,
-                      k.backend == "cuda"),
-             _details("<b>numba</b>", numba, k.backend != "cuda")]
-    return (f"<style>{CODE_CSS}</style>" if style else "") + "".join(parts)
+    return (usage_html(src) if usage else "") + pre + code_table(src, "cuda", sections, n_pre,
+                                                                 html=hl)
 
 
 @renders(Kernel)

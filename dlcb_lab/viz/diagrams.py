@@ -4,7 +4,9 @@
   solve (``[N, 64, (H+1)//2, (W+1)//2]``); inputs, constants and outputs have their own shapes;
   each partition step (generated kernel or library call) is a coloured cluster. Graphs of more
   than ``FOLD_AT`` ops fold structurally identical consecutive blocks into one "… N ops hidden"
-  node (``fold_units``).
+  node (``fold_units``); where more than ``LOOSE_AT`` ops stay drawn, blocks of the same ops that
+  read a different number of earlier results (a DenseNet layer's growing concatenation) fold
+  too, and say so. The values a folded block passes to one later op are one edge.
 - ``constraint_dag``: the interned expression DAG behind a set of constraints, each node drawn
   once; constraints are dashed edges between their two roots; provenance is each node's and
   edge's SVG ``<title>`` (shown on hover); trivial constraints (``a == a``) behind one
@@ -64,6 +66,9 @@ def _needs_graphviz(fn: Callable[[object], Rendering]) -> Callable[[object], Ren
 
 FOLD_AT = 40
 """Graphs with more ops than this fold repeated blocks (``graph_svg(fold=None)``)."""
+LOOSE_AT = 150
+"""Where more ops than this stay drawn after folding identical blocks, blocks that differ only in
+which earlier results they read fold too (``fold_units``)."""
 MIN_FOLD_OPS = 4
 """A repeated block is folded only when it hides at least this many ops."""
 MAX_PERIOD = 32
@@ -214,12 +219,14 @@ class Unit:
 @dataclass(frozen=True)
 class Fold:
     """Units ``[start, start + period * repeats)`` are ``repeats`` copies of one block;
-    every copy after the first is hidden behind one node."""
+    every copy after the first is hidden behind one node. ``loose``: the copies repeat the block's
+    ops, but may read other (or more) results of earlier steps (``fold_units``)."""
 
     start: int
     period: int
     repeats: int
     hidden_ops: int
+    loose: bool = False
 
     @property
     def hidden(self) -> range:
@@ -293,35 +300,83 @@ def _tokens(g: Graph, units: Sequence[Unit]) -> list[tuple]:
     return out
 
 
+def _loose_tokens(g: Graph, units: Sequence[Unit]) -> list[tuple]:
+    """``_tokens`` with each operand read from another step reduced to "an earlier step's
+    result" and an op's operands taken as a set: blocks of the same ops, wired alike inside each
+    step, compare equal however many earlier results they read."""
+    out = []
+    for kind, ops in _tokens(g, units):
+        out.append((kind, tuple((name, frozenset(r if r[0] != "u" or r[1] == 0 else ("earlier",)
+                                                   for r in refs)) for name, refs in ops)))
+    return out
+
+
 def fold_units(g: Graph, units: Sequence[Unit], min_ops: int = MIN_FOLD_OPS,
-               max_period: int = MAX_PERIOD) -> list[Fold]:
+               max_period: int = MAX_PERIOD, loose_at: int | None = LOOSE_AT) -> list[Fold]:
     """Runs of two or more consecutive, structurally identical blocks of units, chosen greedily by
     the number of ops they hide, non-overlapping. Identical: same op names and kinds, operands
-    from the same relative positions (``_tokens``); shapes and attributes may differ."""
-    tok = _tokens(g, units)
+    from the same relative positions (``_tokens``); shapes and attributes may differ. Where more
+    than ``loose_at`` ops stay drawn (None: never), runs of the units left are then folded by
+    ``_loose_tokens`` too (``Fold.loose``)."""
     size = [len(u.nodes) for u in units]
     free = [True] * len(units)
+    folds = _fold_search(_tokens(g, units), size, free, min_ops, max_period, False)
+    if loose_at is not None and len(g.nodes) - sum(f.hidden_ops for f in folds) > loose_at:
+        folds += _fold_search(_loose_tokens(g, units), size, free, min_ops, max_period, True)
+    return sorted(folds, key=lambda f: f.start)
+
+
+def _fold_search(tok: Sequence, size: Sequence[int], free: list[bool], min_ops: int,
+                 max_period: int, loose: bool) -> list[Fold]:
+    """The greedy search of ``fold_units`` over the ``free`` units (marked taken as it folds)."""
     folds: list[Fold] = []
+    n = len(tok)
     while True:
         best: Fold | None = None
-        for p in range(1, min(max_period, len(units) // 2) + 1):
-            for i in range(len(units) - 2 * p + 1):
+        for p in range(1, min(max_period, n // 2) + 1):
+            for i in range(n - 2 * p + 1):
                 if not free[i]:
                     continue
                 k = 1
-                while i + (k + 1) * p <= len(units) and tok[i + k * p:i + (k + 1) * p] == \
+                while i + (k + 1) * p <= n and tok[i + k * p:i + (k + 1) * p] == \
                         tok[i:i + p] and all(free[i + k * p:i + (k + 1) * p]):
                     k += 1
                 if k < 2 or not all(free[i:i + p]):
                     continue
                 hidden = sum(size[i + p:i + k * p])
                 if hidden >= min_ops and (best is None or hidden > best.hidden_ops):
-                    best = Fold(i, p, k, hidden)
+                    best = Fold(i, p, k, hidden, loose)
         if best is None:
-            return sorted(folds, key=lambda f: f.start)
+            return folds
         folds.append(best)
         for j in range(best.start, best.start + best.period * best.repeats):
             free[j] = False
+
+
+def drawn_edges(g: Graph, rep: Mapping[int, str], show_consts: bool
+                ) -> list[tuple[str, str, list[Value]]]:
+    """The value edges of the drawing, in order: (source node, consumer node, values). ``rep``:
+    op result value id -> the node drawn for it (a fold's node for a hidden op). One edge per
+    value and consumer, none inside a node; the values a fold's node passes to one consumer are
+    one edge."""
+    consts = {v.id for v, _ in g.constants}
+    edges: dict[tuple, tuple[str, str, list[Value]]] = {}
+    for n in g.nodes:
+        dst = rep[n.out.id]
+        for x in n.tensor_inputs():
+            if x.producer is not None:
+                src = rep[x.id]
+            elif x.id not in consts or show_consts:
+                src = f"v{x.id}"
+            else:
+                continue
+            if src == dst:
+                continue
+            key = (src, dst) if src.startswith("fold") else (src, dst, x.id)
+            e = edges.setdefault(key, (src, dst, []))
+            if all(v.id != x.id for v in e[2]):
+                e[2].append(x)
+    return list(edges.values())
 
 
 def graph_svg(g: Graph, fold: bool | None = None) -> str:
@@ -401,14 +456,18 @@ def _graph(g: Graph, fold: bool | None) -> tuple[str, list[str]]:
         nid = f"fold{fi}"
         rng = f.hidden
         what = "step" if units[f.start].kind else "op"
+        same = ("the same ops as above, reading other earlier results" if f.loose else
+                "as shown above")
         dot.node(nid, f"… {plural(f.hidden_ops, 'op')} hidden ({f.repeats - 1}× block)\n"
-                      f"{plural(f.period, what)} each, as shown above",
+                      f"{plural(f.period, what)} each, {same}",
                  id=nid, shape="box", style="dashed,rounded", color=COLORS["muted"],
                  fontcolor=COLORS["muted"])
         vals = [n.out.name for u in rng for n in units[u].nodes]
         titles[nid] = (f"{plural(f.hidden_ops, 'op')} hidden: the block of {what}s "
                        f"{f.start}..{f.start + f.period - 1} repeated "
-                       f"{plural(f.repeats - 1, 'more time')}; values "
+                       f"{plural(f.repeats - 1, 'more time')}"
+                       + (" (the same ops in the same steps; operands from earlier steps may "
+                          "differ)" if f.loose else "") + "; values "
                        + ", ".join("%" + x for x in vals[:40]) + (" …" if len(vals) > 40 else ""))
         for u in rng:
             for n in units[u].nodes:
@@ -419,11 +478,12 @@ def _graph(g: Graph, fold: bool | None) -> tuple[str, list[str]]:
             continue
         with dot.subgraph(name=f"cluster_{ui}") if unit.kind else nullcontext(dot) as target:
             _unit(target, unit, ui, titles, rep, consts, show_consts)
-    # value edges (one per value and consumer drawn; none inside a fold)
+    # value edges (one per value and consumer drawn; none inside a fold; one per fold and
+    # consumer)
     drawn: set[tuple[str, str, int]] = set()
     ne = 0
 
-    def edge(src: str, dst: str, v: Value) -> None:
+    def edge(src: str, dst: str, v: Value, more: Sequence[Value] = ()) -> None:
         nonlocal ne
         if src == dst or (src, dst, v.id) in drawn:
             return
@@ -431,16 +491,13 @@ def _graph(g: Graph, fold: bool | None) -> tuple[str, list[str]]:
         eid = f"e{ne}"
         ne += 1
         dims = g.dims(v)
-        dot.edge(src, dst, label=names.shape(dims), id=eid)
-        titles[eid] = f"%{v.name}: {_full(dims)} {v.dtype}"
+        label = names.shape(dims) + (f" +{len(more)}" if more else "")
+        dot.edge(src, dst, label=label, id=eid)
+        titles[eid] = f"%{v.name}: {_full(dims)} {v.dtype}" + "".join(
+            f"\n%{x.name}: {_full(g.dims(x))} {x.dtype}" for x in more)
 
-    for n in g.nodes:
-        dst = rep[n.out.id]
-        for x in n.tensor_inputs():
-            if x.producer is not None:
-                edge(rep[x.id], dst, x)
-            elif x.id not in consts or show_consts:
-                edge(f"v{x.id}", dst, x)
+    for src, dst, vals in drawn_edges(g, rep, show_consts):
+        edge(src, dst, vals[0], vals[1:])
     for k, v in enumerate(g.outputs):
         nid = f"out{k}"
         dot.node(nid, f"output {k}: %{v.name}", id=nid, shape="house", style="filled,bold",

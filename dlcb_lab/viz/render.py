@@ -10,7 +10,7 @@ from typing import Callable
 
 from .style import page
 
-RENDERER_MODULES = ("tables", "report", "diagrams", "code", "stepper")   # call @renders
+RENDERER_MODULES = ("tables", "report", "diagrams", "code", "solve")   # call @renders
 _RENDERERS: dict[type, Callable[[object], "Rendering"]] = {}
 _loaded = False
 

@@ -1,30 +1,25 @@
-"""The pipeline report (``cm.report()``, ``dl.explore``): every stage object of one compile on one
-page, one pure-CSS tab per stage (the tabs need no script, so a saved page or an nbconvert export
-keeps working).
-Each tab is the stage object's own rendering; ``Report.to_html(path)`` writes a standalone page
-with no external URL.
+"""The pipeline report (``cm.report()``, ``dl.explore``: a ``records.Report``): every stage object of
+one compile on one page, one pure-CSS tab per stage (the tabs need no script, so a saved page or an
+nbconvert export keeps working). Each tab is the stage object's own rendering (``sections``);
+``Report.to_html(path)`` writes a standalone page with no external URL.
 
-Size: the Kernels tab lists the CUDA prelude once (each kernel's listing links to it), carries the
-listing stylesheet once, and keeps every kernel section closed. Each kernel section has the anchor
+Size (a DenseNet-121 page stays under 6 MB): the Kernels tab lists each distinct code once, in the
+language of the backend that runs it (a kernel of an earlier one's code links to that listing; the
+other language is in the kernel's own display and ``viz.dump``), the CUDA prelude once (CUDA
+backend; each listing links to it); the graph folds repeated blocks; each stylesheet is carried
+once (``style.styles_once``); every kernel section is closed. Each kernel section has the anchor
 ``style.kernel_id(name)`` (``dlcb-kernel-<kernel name>``); graph clusters, the source-line index
 and the kernel list link there, and a link into another tab shows that tab (``style.CSS``)."""
 
 from __future__ import annotations
 
-from typing import Sequence
-
-import torch
-
-from ..api import CompiledModule
-from ..display import Rich
 from ..ir.graph import Graph
 from ..passes.partition import inlined
-from ..records import Pipeline
-from ..runtime.thunks import LaunchTrace
+from ..records import Pipeline, Report
 from ..runtime.build import distinct
 from .code import CODE_CSS, kernel_html, prelude_html
 from .render import Rendering, renders
-from .style import block, esc, folded_table, kernel_id, kernel_link, tabs
+from .style import block, esc, folded_table, kernel_id, kernel_link, styles_once, tabs
 from .tables import embed, graph_aliases, module_html, passes_html, plural, solve_html
 
 
@@ -68,7 +63,9 @@ def source_index(g: Graph, kernels: dict[str, str]) -> list[tuple[str, list[str]
 def kernels_html(p: Pipeline) -> str:
     """The Kernels tab: the kernel list (each with the kernel whose build it launches, where
     that is an earlier one of the same code: ``runtime.build.distinct``), the source-line index,
-    the CUDA prelude once, then one closed section per kernel (anchor ``kernel_id``)."""
+    the CUDA prelude once (CUDA backend), then one closed section per kernel (anchor
+    ``kernel_id``) listing the code the backend runs; a kernel of the same code as an earlier one
+    links to that one's listing (``code.kernel_html``)."""
     names = {k.body.out.name: k.name for k in p.kernels}
     index = [(f"<code>{esc(where)}</code>", " ".join(kernel_link(k) for k in ks) or
               '<span class="muted">none</span>',
@@ -78,11 +75,15 @@ def kernels_html(p: Pipeline) -> str:
              len(k.body.variants()),
              "" if r == i else kernel_link(p.kernels[r].name))
             for i, (k, r) in enumerate(zip(p.kernels, rep))]
+
+    def listing(i: int, k) -> str:
+        return kernel_html(k, prelude=False, style=False, other=False,
+                           same_as=None if rep[i] == i else p.kernels[rep[i]].name)
+
     sections = "".join(
         f'<details id="{esc(kernel_id(k.name))}" class="dl-kernel"><summary><code>{esc(k.name)}'
-        f"</code> -&gt; %{esc(k.body.out.name)}</summary>"
-        f"{kernel_html(k, prelude=False, style=False)}</details>" for k in p.kernels)
-    cuda = any(k.cuda_source for k in p.kernels)
+        f"</code> -&gt; %{esc(k.body.out.name)}</summary>{listing(i, k)}</details>"
+        for i, k in enumerate(p.kernels))
     return (f"<div>{plural(len(p.kernels), 'generated kernel')}: "
             f"{plural(len(set(rep)), 'distinct code')}, each built once (<i>built as</i>: the "
             f"kernel whose build a kernel of the same code launches)</div>"
@@ -91,54 +92,35 @@ def kernels_html(p: Pipeline) -> str:
             + ("<h4>Source lines → kernels</h4>"
                + folded_table(["model source line", "generated kernels", "library calls"], index,
                               raw=True) if index else "")
-            + (prelude_html() if cuda else "") + sections)
+            + (prelude_html() if p.kernels and p.kernels[0].backend == "cuda" else "")
+            + sections)
 
 
-class Report(Rich):
-    """The stages of ``module``'s compile; with ``inputs`` (tensors or shapes of the user inputs)
-    also what a call on them does (the host program's trace and the launches)."""
+def sections(r: Report) -> list[tuple[str, str]]:
+    """(tab label, panel HTML) of report ``r``, in pipeline order (``r.tabs``); each panel opens
+    with ``<h3 class="dl-stage">``."""
+    p = r.module.pipeline
+    with graph_aliases(p.graph):   # H₁/W₁ as the graph drawing names them, in every tab
+        return _sections(r, p)
 
-    TABS = ("Summary", "Graph", "Constraints", "Solver trace", "Dims", "Kernels", "Host program",
-            "Call trace", "Launch plan", "Passes")
 
-    def __init__(self, module: CompiledModule,
-                 inputs: Sequence[torch.Tensor | Sequence[int]] = ()) -> None:
-        self.module = module
-        self.inputs = tuple(inputs)
-
-    @property
-    def trace(self) -> LaunchTrace | None:
-        """``module.trace(*inputs)``, or ``None`` without inputs."""
-        return self.module.trace(*self.inputs) if self.inputs else None
-
-    def sections(self) -> list[tuple[str, str]]:
-        """(tab label, panel HTML), in pipeline order; each panel opens with
-        ``<h3 class="dl-stage">``."""
-        p = self.module.pipeline
-        with graph_aliases(p.graph):   # H₁/W₁ as the graph drawing names them, in every tab
-            return self._sections(p)
-
-    def _sections(self, p) -> list[tuple[str, str]]:
-        out = [("Summary", module_html(self.module)),
-               ("Graph", embed(p.graph)),
-               ("Constraints", solve_html(p) + "<h4>All constraints</h4>" + embed(p.constraints)
-                + (f"<h4>Residual constraints (checked by the host program)</h4>"
-                   f"{embed(p.residuals)}" if len(p.residuals) else "")),
-               ("Solver trace", embed(p.solver_trace)),
-               ("Dims", embed(p.dims)),
-               ("Kernels", kernels_html(p)),
-               ("Host program", embed(p.host_program))]
-        t = self.trace
-        if t is not None:
-            out.append(("Call trace", embed(t)))
-        out.append(("Launch plan", embed(p.launch_plan)
-                    + "".join(f"<h4>Thunk</h4>{embed(th)}" for th in p.thunks)))
-        out.append(("Passes", passes_html(p.passes) + f"<h4>Partition</h4>{embed(p.partition)}"))
-        return [(label, f'<h3 class="dl-stage">{esc(label)}</h3>{html}') for label, html in out]
-
-    def __repr__(self) -> str:
-        labels = [t for t in self.TABS if t != "Call trace" or self.inputs]
-        return f"Report({self.module!r}; tabs: {', '.join(labels)})"
+def _sections(r: Report, p: Pipeline) -> list[tuple[str, str]]:
+    out = [("Summary", module_html(r.module)),
+           ("Graph", embed(p.graph)),
+           ("Constraints", solve_html(p) + "<h4>All constraints</h4>" + embed(p.constraints)
+            + (f"<h4>Residual constraints (checked by the host program)</h4>"
+               f"{embed(p.residuals)}" if len(p.residuals) else "")),
+           ("Solver trace", embed(p.solver_trace)),
+           ("Dims", embed(p.dims)),
+           ("Kernels", kernels_html(p)),
+           ("Host program", embed(p.host_program))]
+    t = r.trace
+    if t is not None:
+        out.append(("Call trace", embed(t)))
+    out.append(("Launch plan", embed(p.launch_plan)
+                + "".join(f"<h4>Thunk</h4>{embed(th)}" for th in p.thunks)))
+    out.append(("Passes", passes_html(p.passes) + f"<h4>Partition</h4>{embed(p.partition)}"))
+    return [(label, f'<h3 class="dl-stage">{esc(label)}</h3>{html}') for label, html in out]
 
 
 @renders(Report)
@@ -148,4 +130,5 @@ def report(r: Report) -> Rendering:
     names = ", ".join(f"%{v.name}" for v in p.graph.inputs if v.id not in consts)
     head = (f'<h2>dlcb_lab pipeline report</h2><div class="muted">{len(p.graph.nodes)} ops over '
             f"inputs {esc(names)}; one compile serves every shape the constraints admit</div>")
-    return Rendering(block(head + tabs(r.sections())), title="dlcb_lab pipeline report")
+    return Rendering(styles_once(block(head + tabs(sections(r)))),
+                     title="dlcb_lab pipeline report")

@@ -219,8 +219,29 @@ def block(html: str) -> str:
     return f'<div class="dlcb"><style>{CSS}</style>{html}</div>'
 
 
+_STYLE = re.compile(r"<style>(.*?)</style>", re.S)
+
+
+def styles_once(html: str) -> str:
+    """``html`` with every ``<style>`` element that repeats an earlier one's rules removed: a page
+    that embeds many renderings (each a ``block`` with its own stylesheet) carries each
+    stylesheet once. The rules are scoped to the root class, so the first copy serves every
+    later fragment."""
+    seen: set[str] = set()
+
+    def keep(m: re.Match) -> str:
+        if m.group(1) in seen:
+            return ""
+        seen.add(m.group(1))
+        return m.group(0)
+
+    return _STYLE.sub(keep, html)
+
+
 def page(title: str, html: str) -> str:
-    """A standalone HTML page: ``html`` as a ``block``, following ``prefers-color-scheme``."""
+    """A standalone HTML page: ``html`` as a ``block``, following ``prefers-color-scheme``; each
+    stylesheet once (``styles_once``)."""
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
             f'<meta name="color-scheme" content="light dark"><title>{esc(title)}</title>'
-            f'<style>{PAGE_CSS}</style></head><body class="dl-page">{block(html)}</body></html>\n')
+            f'<style>{PAGE_CSS}</style></head><body class="dl-page">'
+            f'{styles_once(block(html))}</body></html>\n')

@@ -33,26 +33,20 @@ def dim_aliases(g: Graph) -> dict[Expr, str]:
     blocks skipped), then the dims only folded blocks hold. Empty without graphviz (the drawing,
     and so its names, need it)."""
     try:
-        from .diagrams import FOLD_AT, _Aliases, fold_units, graph_units
+        from .diagrams import FOLD_AT, _Aliases, drawn_edges, fold_units, graph_units
     except ImportError:
         return {}
     names = _Aliases()
     fold = len(g.nodes) > FOLD_AT
     units = graph_units(g)
-    rep: dict[int, str] = {}
+    rep: dict[int, str] = {n.out.id: f"n{n.out.id}" for n in g.nodes}
     for fi, f in enumerate(fold_units(g, units) if fold else []):
         for u in f.hidden:
             for n in units[u].nodes:
                 rep[n.out.id] = f"fold{fi}"
     consts = {v.id for v, _ in g.constants}
-    node = lambda v: rep.get(v.id, f"n{v.id}")
-    for n in g.nodes:                       # the drawing's edge order (diagrams._graph)
-        for x in n.tensor_inputs():
-            if x.producer is not None:
-                if node(x) != node(n.out):
-                    names.shape(g.dims(x))
-            elif x.id not in consts or not fold:
-                names.shape(g.dims(x))
+    for _, _, vals in drawn_edges(g, rep, not fold):   # the drawing's edge labels, in order
+        names.shape(g.dims(vals[0]))
     for v in g.outputs:
         if not (v.producer is None and v.id in consts and fold):
             names.shape(g.dims(v))
@@ -556,9 +550,11 @@ def _pipeline_html(p: Pipeline) -> str:
         ("graph", f"{plural(len(p.graph.nodes), 'op')}, {plural(len(p.graph.inputs), 'input')} "
                   f"({plural(len(p.graph.constants), 'constant')}), "
                   f"{plural(len(p.graph.outputs), 'output')}"),
-        ("constraints", f"{plural(len(p.constraints), 'constraint')}, {len(p.residuals)} residual"),
+        ("constraints", f"{plural(len(p.constraints), 'constraint')}, "
+                        f"{len(p.residuals)} residual (host-checked)"),
         ("solver trace", plural(len(p.solver_trace), "rule application")),
-        ("dims", _counts(p.dims.counts())),
+        ("dims", _counts(p.dims.counts()) + f" <span class=\"muted\">(distinct dims; axes: "
+                 + ", ".join(f"{k} {n}" for k, n in p.dims.axis_counts().items()) + ")</span>"),
         ("passes", ", ".join(f"{esc(r.name)} ({len(r.changes)})" for r in p.passes)),
         ("partition", _counts(c) + "".join(
             f"<br>step {st.index} runs eagerly: {esc(st.why)}"

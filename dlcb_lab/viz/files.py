@@ -1,4 +1,4 @@
-"""``Pipeline.dump(dir)``: one compile as readable named files (as depyf does for Dynamo), so the
+"""``dump(pipeline, dir)`` (``dlcb_lab.viz.dump``): one compile as readable named files (as depyf does for Dynamo), so the
 generated code, the constraints and the solve can be read, grepped and diffed outside a notebook.
 
 Files (``FILES`` describes each; ``index.txt`` lists them):
@@ -10,7 +10,7 @@ Files (``FILES`` describes each; ``index.txt`` lists them):
 - ``constraints.csv``, ``solver_trace.csv``, ``dims.csv``: one row per constraint (user-added and
   derived), per rule application (times in µs) and per value axis (with the graph's alias).
 - ``graph.txt``, ``host_program.txt``, ``launch_plan.txt``: the stage objects' text forms.
-- ``report.html``: the pipeline report (``viz.report.Report``); without graphviz its diagrams
+- ``report.html``: the pipeline report (``records.Report``); without graphviz its diagrams
   fall back to their text forms, and say so.
 
 Needs neither graphviz nor ipywidgets nor pandas.
@@ -73,8 +73,8 @@ def _aliases(p) -> dict[str, str]:
 
 def _report(p, module: Any) -> str:
     """The report page (diagrams fall back to text where graphviz is missing)."""
+    from ..records import Report
     from .render import render
-    from .report import Report
     from .style import page
 
     r = render(Report(module if module is not None else _Module(p)))
@@ -82,8 +82,8 @@ def _report(p, module: Any) -> str:
 
 
 class _Module:
-    """What ``Report`` reads of a compiled module, from its pipeline alone (``Pipeline.dump``
-    has no module): the pipeline and ``stats``."""
+    """What ``Report`` reads of a compiled module, from its pipeline alone (a dump without its
+    module): the pipeline and ``stats``."""
 
     def __init__(self, p) -> None:
         self.pipeline = p
@@ -100,9 +100,12 @@ class _Module:
 
 
 def dump(p, directory: str | Path, module: Any = None, report: bool = True) -> Path:
-    """Write ``p`` (a ``Pipeline``) as the files of ``FILES`` into ``directory`` (created; files
-    of the same names replaced) and return its ``Path``. ``module``: the ``CompiledModule`` for
-    the report's summary (else one is read off the pipeline); ``report``: write ``report.html``."""
+    """Write ``p`` (a ``Pipeline``, or a ``CompiledModule``: its pipeline) as the files of
+    ``FILES`` into ``directory`` (created; files of the same names replaced) and return its
+    ``Path``. ``module``: the ``CompiledModule`` for the report's summary (else one is read off the
+    pipeline); ``report``: write ``report.html``."""
+    if module is None and hasattr(p, "pipeline"):
+        p, module = p.pipeline, p
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written: list[tuple[str, str]] = []
@@ -133,7 +136,7 @@ def dump(p, directory: str | Path, module: Any = None, report: bool = True) -> P
            int(_trivial(c)), int(c.id in residual)) for c in sorted(cs, key=lambda c: c.id)])
     note("constraints.csv", FILES["constraints.csv"])
     t0 = tr[0].t_ns - tr[0].dt_ns if len(tr) else 0
-    from .stepper import is_trivial
+    from .solve import is_trivial
 
     _csv(out / "solver_trace.csv",
          ["step", "rule", "constraint_id", "parent_id", "before", "after", "trivial", "t_us",

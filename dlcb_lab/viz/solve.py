@@ -1,7 +1,7 @@
-"""The solver stepper: renderings of ``SolverTrace``, ``TraceRecord`` and ``SolverState``, an HTML
-stepper that needs no kernel (``stepper_html(trace)``: what a trace displays as, in notebooks,
-exports and the report) and an ipywidgets stepper for a live kernel (``stepper(trace)``,
-``trace.stepper()``; its ``text/html`` is the HTML stepper, so an export keeps stepping).
+"""The solve, step by step: renderings of ``SolverTrace``, ``TraceRecord`` and ``SolverState``, an
+HTML stepper that needs no kernel (``stepper_html(trace)``: what a trace displays as, in notebooks,
+exports and the report) and an ipywidgets stepper for a live kernel (``stepper(trace)``, also
+``dlcb_lab.viz.stepper``; its ``text/html`` is the HTML stepper, so an export keeps stepping).
 
 HTML stepper. Every state of ``trace.replay()`` is embedded once, as the difference from the state
 before (``stepper_data``: constraints' status changes and re-bound variables, each HTML string
