@@ -8,19 +8,20 @@ compiled, thunk assembled). The stage objects are kept in a ``records.Pipeline``
 
 from __future__ import annotations
 
-import inspect
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from .bridge.aten import GUARD_NOTE, lower_to_ir
-from .bridge.capture import capture
+from .bridge.capture import Auto, auto, capture
+from .bridge.common import NoDimForm
+from .bridge.signature import CallSignature
 from .bridge.generalize import check_generalization
 from .dims import DimKind
 from .display import Rich
-from .errors import ArgumentError, DLError, DTypeError, ShapeError, ShapeMismatch, SpecError
+from .errors import DLError, DTypeError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp
 from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
@@ -34,180 +35,142 @@ from .runtime.build import build_kernels
 from .runtime.direct import kernel_signatures
 from .runtime.thunks import DynamicAOTThunk, LaunchTrace, StaticThunk
 
-__all__ = ["compile", "CompiledModule", "CallSignature"]
-
-_P = inspect.Parameter
-
-
-@dataclass(frozen=True)
-class CallSignature:
-    """The compiled module's call interface: ``forward``'s parameters, one tensor input of the
-    graph each, in order. ``kinds`` are ``inspect.Parameter`` kinds (positional-only,
-    positional-or-keyword, keyword-only); ``defaults`` the ``repr`` of a parameter's default, or
-    None. A default is never used: the graph was traced with the example given for that
-    parameter, so a call must pass every input. Picklable (names and strings only)."""
-
-    names: tuple[str, ...]
-    kinds: tuple[int, ...]
-    defaults: tuple[str | None, ...]
-
-    @classmethod
-    def of(cls, forward: Callable, names: Sequence[str]) -> "CallSignature":
-        """``forward``'s signature if its parameters are the traced inputs ``names``; else (a
-        ``*args`` parameter, a wrapped forward) the inputs by position only."""
-        try:
-            ps = list(inspect.signature(forward).parameters.values())
-        except (TypeError, ValueError):
-            ps = []
-        if [p.name for p in ps] != list(names) or \
-                any(p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) for p in ps):
-            return cls(tuple(names), (int(_P.POSITIONAL_ONLY),) * len(names), (None,) * len(names))
-        return cls(tuple(p.name for p in ps), tuple(int(p.kind) for p in ps),
-                   tuple(None if p.default is _P.empty else _short_repr(p.default) for p in ps))
-
-    def bind(self, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
-        """``args`` and ``kwargs`` as one positional tuple, bound as Python binds a call to
-        ``forward``; ``ArgumentError`` naming the parameter at fault."""
-        n = len(self.names)
-        if not kwargs and len(args) == n and _P.KEYWORD_ONLY not in self.kinds:
-            return args   # the common call: every input by position
-        positional = [i for i, k in enumerate(self.kinds) if k != _P.KEYWORD_ONLY]
-        if len(args) > len(positional):
-            raise ArgumentError(f"{self._expected(len(args) + len(kwargs))}: takes at most "
-                                f"{len(positional)} positional argument(s), got {len(args)}")
-        bound: dict[int, Any] = dict(zip(positional, args))
-        for key, value in kwargs.items():
-            i = self.names.index(key) if key in self.names else -1
-            if i < 0:
-                raise ArgumentError(f"unexpected keyword argument {key!r} "
-                                    f"({self._expected(len(args) + len(kwargs))})")
-            if self.kinds[i] == _P.POSITIONAL_ONLY:
-                raise ArgumentError(f"input {i} {key!r} is positional-only, passed as keyword")
-            if i in bound:
-                raise ArgumentError(f"input {i} {key!r} given twice (by position and keyword)")
-            bound[i] = value
-        missing = [i for i in range(n) if i not in bound]
-        if missing:
-            what = ", ".join(f"input {i} {self.names[i]!r}" + (
-                f" (its default {self.defaults[i]} was not traced: the compile took an example "
-                f"tensor for it)" if self.defaults[i] is not None else "") for i in missing)
-            raise ArgumentError(f"missing {what} ({self._expected(len(bound))})")
-        return tuple(bound[i] for i in range(n))
-
-    def _expected(self, got: int) -> str:
-        return f"expected {len(self.names)} tensor inputs ({', '.join(self.names)}), got {got}"
-
-    def __repr__(self) -> str:
-        """As ``inspect`` prints a signature: ``(x, /, y=None, *, z)``."""
-        parts: list[str] = []
-        for i, (name, kind, d) in enumerate(zip(self.names, self.kinds, self.defaults)):
-            if kind == _P.KEYWORD_ONLY and (not i or self.kinds[i - 1] != _P.KEYWORD_ONLY):
-                parts.append("*")
-            parts.append(name if d is None else f"{name}={d}")
-            if kind == _P.POSITIONAL_ONLY and self.kinds[i + 1:i + 2] != (_P.POSITIONAL_ONLY,):
-                parts.append("/")
-        return f"({', '.join(parts)})"
-
+__all__ = ["compile", "auto", "Auto", "CompiledModule", "CallSignature"]
 
 def _signature_key(xs: Sequence[Any]) -> tuple:
     """(rank, dtype) per input: what a thunk is compiled for."""
     return tuple((len(x.shape), x.dtype) for x in xs)
 
 
-def _short_repr(x: Any, limit: int = 40) -> str:
-    r = repr(x)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
-
-
 class CompiledModule(Rich):
-    """Callable result of ``dl.compile``: called as the module's ``forward`` (positional and
-    keyword arguments), returns a tensor (or a tuple for several outputs). Pickles without its
-    loaded kernels; unpickling rebuilds them (from the kernel cache).
+    """Callable result of ``dl.compile``: called as the module's ``forward`` is (positional and
+    keyword arguments, bound as Python binds them; ``signature``), returns what the module
+    returns (a tensor, a tuple, a dict, an HF ``ModelOutput``: export's output structure).
+    Pickles without its loaded kernels; unpickling rebuilds them (from the kernel cache).
 
     One compile serves every shape of its (rank, dtype) signature through its static or
     dynamic-AOT thunk. Three cases get a module of their own, compiled on first use (at compile
-    time when the example is one), cached and reused: a call whose ranks match no compiled
-    signature (a JIT thunk: ``dynamic="auto"`` for those inputs; ``jit``, by signature); a call
-    on the other side of a branch the module's code takes on sizes (a guard torch.export
-    recorded, checked by the host program: a variant traced at the call's sizes; ``variants``,
-    by the guard); and a call the general program refuses where a dynamic dim is 0 or 1 (a
-    broadcast, a squeeze, a branch on the size: a variant traced with those axes at their sizes,
-    so it computes what torch does; ``variants``, by (input, axis, size))."""
+    time when the example is one), cached and reused: a call whose ranks or dtypes match no
+    compiled signature (``jit``, by signature: another rank is traced ``dynamic="auto"``,
+    another dtype with the compile's own ``dynamic``); a call on the other side of a branch the
+    module's code takes on sizes (a guard torch.export recorded, checked by the host program,
+    or two input axes export tied by one: a variant traced at the call's sizes; ``variants``,
+    by the guard or the axes); and a call the general program refuses where a dynamic dim is 0
+    or 1 (a broadcast, a squeeze, a branch on the size: a variant traced with those axes at
+    their sizes, so it computes what torch does; ``variants``, by (input, axis, size))."""
 
-    def __init__(self, pipeline: Pipeline, signature: CallSignature, single: bool,
-                 kernel_builds: int, constants: Sequence[torch.Tensor] = (),
-                 source: tuple | None = None):
+    def __init__(self, pipeline: Pipeline, signature: CallSignature, kernel_builds: int,
+                 constants: Sequence[torch.Tensor] = (), source: tuple | None = None):
         self.pipeline = pipeline
         self.signature = signature
         self._thunk = pipeline.thunks[0]
-        self._single = single
         self._kernel_builds = kernel_builds
         self._constants = tuple(constants)
-        self._source = source   # (module, backend, fallback, spec, example shapes); None: none
-        self._key = _signature_key(pipeline.graph.inputs[:len(signature.names)])
-        self.jit: dict[tuple, CompiledModule] = {}
-        self.variants: dict[frozenset, CompiledModule] = {}
+        self._source = source   # (module, backend, fallback, dynamic, free spec, example
+        #                           shapes, ties); None: none (a loaded artifact)
+        self._key = _signature_key(pipeline.graph.inputs[:len(signature.inputs)])
+        self.jit: dict[tuple, CompiledModule | DLError] = {}
+        self.variants: dict[frozenset, CompiledModule | DLError] = {}
 
-    def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
-        ins = self.signature.bind(args, kwargs)
+    def __call__(self, *args: Any, **kwargs: Any):
+        return self._run(self.signature.bind(args, kwargs))
+
+    def _run(self, ins: tuple):
+        """The compiled program on the bound inputs ``ins``, or the JIT thunk or variant that
+        serves them; the output in the module's structure."""
         try:
             out = self._thunk(*ins, *self._constants)
         except (DTypeError, ShapeMismatch) as err:   # checked before any launch
-            return self._other(ins, err)(*ins)
-        return out[0] if self._single else out
+            return self._other(ins, err)._run(ins)
+        return self.signature.unflatten(out)
 
     def _other(self, ins: tuple, err: Exception) -> "CompiledModule":
         """The JIT thunk or variant for ``ins``, compiled on first use; else ``err``."""
         if self._source is None or not all(isinstance(t, torch.Tensor) for t in ins):
             raise err
-        module, backend, fallback, spec, shapes = self._source
         key = _signature_key(ins)
         if key != self._key:
-            if [d for _, d in key] != [d for _, d in self._key]:
-                raise err   # a dtype the module was not compiled for
-            if key not in self.jit:
-                self.jit[key] = compile(module, ins, dynamic="auto", backend=backend,
-                                        fallback=fallback)
-            return self.jit[key]
+            return self._jit(ins, key)
+        module, backend, fallback, _, spec, shapes, ties = self._source
         static_ok = all(ins[i].shape[k] == n for i, shape in enumerate(shapes)
                         for k, n in enumerate(shape) if k not in spec.get(i, {}))
         if not static_ok or not isinstance(err, ShapeMismatch):
             raise err
         small = frozenset((i, k, int(ins[i].shape[k])) for i, axes in spec.items() for k in axes
                           if ins[i].shape[k] <= 1)
+        broken = frozenset(t for t in ties if ins[t[0][0]].shape[t[0][1]] !=
+                           ins[t[1][0]].shape[t[1][1]])
         if small:   # those axes fixed at their sizes
             side, dyn = small, {i: {k: n for k, n in axes.items() if (i, k, ins[i].shape[k])
                                     not in small} for i, axes in spec.items()}
+        elif broken:   # axes export tied by a guard: traced where they differ
+            side, dyn = broken, spec
         elif GUARD_NOTE in str(err):   # the other side of a branch on sizes: traced there
             side, dyn = frozenset({str(err).split(": needs")[0]}), spec
         else:
             raise err
         if side not in self.variants:
             try:
-                self.variants[side] = compile(module, ins, dynamic=dyn, backend=backend,
-                                              fallback=fallback)
-            except DLError:   # no program for these sizes: the general program's refusal
-                self.variants[side] = None
-        if self.variants[side] is None:
+                self.variants[side] = self._compile_like(ins, dyn)
+            except DLError as why:   # no program for these sizes: the general program's refusal
+                self.variants[side] = why
+        v = self.variants[side]
+        if isinstance(v, DLError):
+            if side is broken:
+                names = self.signature.inputs
+                raise type(err)(f"{err} (torch.export tied " + "; ".join(
+                    f"input {i} '{names[i]}' axis {k} to input {j} '{names[j]}' axis {m}"
+                    for (j, m), (i, k) in sorted(broken)) + f" by a guard of the module's "
+                    f"code; traced at these sizes it fails: {v})") from None
             raise err
-        return self.variants[side]
+        return v
+
+    def _jit(self, ins: tuple, key: tuple) -> "CompiledModule":
+        """The module for another (rank, dtype) signature, compiled on first use: another rank
+        with ``dynamic="auto"``, another dtype with the compile's own ``dynamic``. A failed
+        compile is kept and raised again, prefixed with what differs."""
+        if key not in self.jit:
+            ranks = [r for r, _ in key] != [r for r, _ in self._key]
+            try:
+                self.jit[key] = self._compile_like(ins, "auto" if ranks else self._source[3])
+            except DLError as err:
+                what = "; ".join(
+                    f"input {i} '{name}' is {_sig_text(now)}, compiled for {_sig_text(was)}"
+                    for i, (name, now, was) in enumerate(zip(self.signature.inputs, key,
+                                                             self._key)) if now != was)
+                self.jit[key] = type(err)(f"{what}; compiling for it failed: {err}")
+        if isinstance(self.jit[key], DLError):
+            raise self.jit[key]
+        return self.jit[key]
+
+    def _compile_like(self, ins: tuple, dynamic: Any) -> "CompiledModule":
+        """``module`` compiled again from a call like the example's, with ``ins`` in the
+        inputs' places."""
+        module, backend, fallback = self._source[:3]
+        args, kwargs = self.signature.example_call(ins)
+        return compile(module, args, kwargs, dynamic=dynamic, backend=backend,
+                       fallback=fallback)
 
     def stats(self) -> dict[str, Any]:
         """``compiles``: graph compiles behind this module (1, plus one per JIT signature and
-        size-1 variant; never one per shape); ``kernel_builds``: kernel functions compiled
-        (launch-time variants included), JIT thunks' and variants' included; ``calls``: thunk
+        variant; never one per shape); ``kernel_builds``: kernel functions compiled (launch-time
+        variants included), JIT thunks' and variants' included; ``jit_builds``: modules for
+        another rank, ``dtype_builds``: for another dtype only; ``variants``; ``calls``: thunk
         invocations that launched; ``thunks``: calls per thunk kind (``static``/``dynamic``;
-        ``jit``; ``variant``); ``graphs``: CUDA-graph captures, replays and LRU evictions
-        (``runtime.graphs``; zeros on CPU)."""
-        jit, var = list(self.jit.values()), [v for v in self.variants.values() if v is not None]
+        ``jit``, by rank and dtype; ``variant``); ``graphs``: CUDA-graph captures, replays and
+        LRU evictions (``runtime.graphs``; zeros on CPU)."""
+        jit = [c for c in self.jit.values() if isinstance(c, CompiledModule)]
+        var = [v for v in self.variants.values() if isinstance(v, CompiledModule)]
+        dtypes = sum(1 for k, c in self.jit.items() if isinstance(c, CompiledModule) and
+                     [r for r, _ in k] == [r for r, _ in self._key])
         calls = {self._thunk.kind: self._thunk.calls,
                  "jit": sum(c.stats()["calls"] for c in jit),
                  "variant": sum(c.stats()["calls"] for c in var)}
         graphs = [c._thunk.graphs for c in [self, *jit, *var] if c._thunk.graphs is not None]
         return {"compiles": 1 + len(jit) + len(var),
                 "kernel_builds": self._kernel_builds + sum(c._kernel_builds for c in jit + var),
-                "jit_builds": len(jit), "variants": len(var), "calls": sum(calls.values()),
-                "thunks": calls,
+                "jit_builds": len(jit) - dtypes, "dtype_builds": dtypes, "variants": len(var),
+                "calls": sum(calls.values()), "thunks": calls,
                 "graphs": {k: sum(g.stats()[k] for g in graphs)
                            for k in ("captures", "replays", "evictions")},
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
@@ -235,7 +198,7 @@ class CompiledModule(Rich):
     def report(self, *inputs: torch.Tensor | Sequence[int]):
         """Every stage of this compile on one page (``viz.report.Report``: notebook display,
         ``.to_html(path)``); with ``inputs`` (tensors or shapes), also the trace of a call."""
-        from .viz.report import Report
+        from .records import Report
 
         return Report(self, inputs)
 
@@ -244,7 +207,7 @@ class CompiledModule(Rich):
         shapes = th.shapes if isinstance(th, StaticThunk) else None
         p = self.pipeline
         p = replace(p, thunks=(), kernels=tuple(replace(k, launcher=None) for k in p.kernels))
-        return (_restore, (p, self.signature, self._single, self._constants, th.device, shapes))
+        return (_restore, (p, self.signature, self._constants, th.device, shapes))
 
     def __repr__(self) -> str:
         return f"CompiledModule{self.signature!r}: {self._thunk!r}"
@@ -252,47 +215,82 @@ class CompiledModule(Rich):
 
 # --- the pipeline ---------------------------------------------------------------------------------
 
-def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-            dynamic: Mapping[int | str, Mapping[int, str]] | bool = False,
-            backend: str = "auto", strict: bool = True, fallback: bool = True) -> CompiledModule:
-    """Compile ``module`` once for the shapes ``dynamic`` admits.
+def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
+            kwargs: Mapping[str, Any] | None = None, *,
+            dynamic: str | bool | Auto | Mapping[int | str, Mapping[int, str]] = "auto",
+            backend: str = "auto", strict: bool = True, fallback: bool = True
+            ) -> CompiledModule:
+    """Compile ``module`` once, from the example call ``module(*args, **kwargs)``, for the shapes
+    ``dynamic`` admits. Tensor arguments are the inputs; ``None``, bools, ints, floats and
+    strings are constants of the program (a call must pass the same). The result is called as
+    the module is and returns what it returns.
 
-    ``dynamic`` maps an input (position, or parameter name of ``forward``) to ``{axis: dim name}``
-    (negative axes count from the end); ``False`` compiles the example shapes statically. A dim
-    declared dynamic that the program fixes to a literal raises ``ShapeError`` (a warning with
-    ``strict=False``). The example inputs must satisfy the compiled constraints. ``fallback``: an
-    op DLCB does not lower runs in PyTorch eager at its place in the launch plan (an ``eager``
-    step; ``False``: one ``UnsupportedOp`` lists every such op). Raises
-    ``ShapeError`` for incompatible shapes, ``UnsupportedOp`` for ops outside the supported set,
-    ``DTypeError`` for dtypes an op rejects, ``SpecError`` for malformed arguments.
+    ``dynamic``: ``"auto"`` (the default; ``True`` is the same) proposes every input axis free
+    and keeps free those the program admits: readable names (``N, C, H, W`` for an image,
+    ``batch, seq`` for token ids and masks), one dim per axis unless the program ties them;
+    ``dl.auto({input: {axis: name}})`` names some of them, the rest stay automatic; a mapping
+    ``{input: {axis: dim name}}`` (input a position or ``forward``'s parameter name, negative
+    axes from the end) frees exactly those axes; ``False`` compiles the example's shapes
+    statically. A dim named in a spec that the program fixes to a literal raises ``ShapeError``
+    (a warning with ``strict=False``). ``fallback``: an op DLCB does not lower runs in PyTorch
+    eager at its place in the launch plan (an ``eager`` step; ``False``: one ``UnsupportedOp``
+    lists every such op left after dead code is removed). Raises ``ShapeError`` for
+    incompatible shapes, ``UnsupportedOp`` for ops outside the supported set, ``DTypeError`` for
+    dtypes an op rejects, ``SpecError`` for malformed arguments.
     """
-    examples = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else \
-        tuple(example_inputs)
+    args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
     backend = _resolve_backend(backend)
     step = _Steps()
-    cap = step("capture", capture, module, examples, dynamic)
-    g = step("lower", lower_to_ir, cap, fallback)
-    step("generalize", check_generalization, g, strict and not cap.auto, cap.auto)
+    cap, g = _capture_and_lower(step, module, args, kwargs, dynamic)
+    examples = cap.examples
+    step("generalize", check_generalization, g, strict, cap.declared)
     g, pass_records = step("passes", run_passes, g)
+    if not fallback:
+        _no_eager(g)
     check_backend(g, backend)
     bodies = step("kgen", infer_kernels, g, cooperative=backend == "cuda")
     host, plan, consts, shapes = step("hostgen", _hostgen, g, bodies, examples, backend,
                                        cap.widened)
     pipe = _pipeline(g, bodies, host, plan, pass_records, backend, step.timings)
     pipe, builds = step("build", _make_thunk, pipe, backend, shapes if _static(g) else None)
-    signature = CallSignature.of(getattr(module, "forward", module),
-                                 [v.name for v in g.inputs[:len(examples)]])
     pinned = {(i, k) for i, k, _ in cap.pins}   # a variant declares only the free axes
     free = {i: {k: n for k, n in axes.items() if (i, k) not in pinned}
             for i, axes in cap.spec.items()}
-    cm = CompiledModule(pipe, signature, len(g.outputs) == 1, builds, consts,
-                        (module, backend, fallback, free, [tuple(x.shape) for x in examples]))
+    cm = CompiledModule(pipe, cap.signature, builds, consts,
+                        (module, backend, fallback, dynamic, free,
+                         [tuple(x.shape) for x in examples], cap.ties))
     if cap.widened:   # traced at 1: the variant for the example, now
         try:
             cm._thunk(*examples, *consts)
         except ShapeMismatch as err:
             cm._other(examples, err)
     return cm
+
+
+def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
+                       kwargs: Mapping[str, Any] | None, dynamic: Any) -> tuple[Any, Graph]:
+    """Capture and lower; under ``dynamic="auto"``, a size with no dim form makes the input
+    axes it depends on static, and the model is traced again (automatic generalization keeps
+    free only the dims the program can be compiled for)."""
+    while True:
+        cap = step("capture", capture, module, args, kwargs, dynamic)
+        try:
+            return cap, step("lower", lower_to_ir, cap, True)
+        except NoDimForm as err:
+            dynamic = cap.fixing(err.symbols)
+            if dynamic is None:
+                raise
+
+
+def _no_eager(g: Graph) -> None:
+    """``fallback=False``: one ``UnsupportedOp`` listing every op left to eager once dead code
+    is gone (an op nobody reads is no reason to refuse the model)."""
+    left = [n for n in g.nodes if n.op.name == "eager"]
+    if left:
+        raise UnsupportedOp(f"{len(left)} ATen node{'s' * (len(left) > 1)} not supported by "
+                            f"DLCB IR (fallback=False):\n" + "\n".join(
+                                f"  '{n.out.name}': {n.attrs['target']} at {n.where} "
+                                f"({n.attrs['reason']})" for n in left))
 
 
 class _Steps:
@@ -305,8 +303,8 @@ class _Steps:
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
-        finally:
-            self.timings[name] = time.perf_counter() - t0
+        finally:   # a step run again (a second trace) adds up
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
 
 
 def _resolve_backend(backend: str) -> str:
@@ -367,7 +365,12 @@ def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Pipeline, int]:
     return replace(p, thunks=(thunk,), kernels=kernels), builds
 
 
-def _restore(p: Pipeline, signature: CallSignature, single: bool, consts: tuple, backend: str,
+def _restore(p: Pipeline, signature: CallSignature, consts: tuple, backend: str,
              shapes) -> CompiledModule:
     p, builds = _make_thunk(p, backend, shapes)
-    return CompiledModule(p, signature, single, builds, consts)
+    return CompiledModule(p, signature, builds, consts)
+
+
+def _sig_text(rank_dtype: tuple) -> str:
+    rank, dtype = rank_dtype
+    return f"rank {rank} {str(dtype).replace('torch.', '')}"

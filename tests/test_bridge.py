@@ -224,8 +224,11 @@ def test_new_rank_is_a_cached_jit_thunk():
     s = cm.stats()
     assert s["jit_builds"] == 1 and s["compiles"] == 2
     assert s["thunks"] == {"dynamic": 1, "jit": 2, "variant": 0}
-    with pytest.raises(dl.DTypeError):   # a dtype it was not compiled for: an error
-        cm(torch.randn(4, 8, dtype=torch.float64))
+    x = torch.randn(4, 8, dtype=torch.float64)   # another dtype: its own compile, on first use
+    torch.testing.assert_close(cm(x), m(x))
+    torch.testing.assert_close(cm(x[:2]), m(x[:2]))
+    s = cm.stats()
+    assert s["dtype_builds"] == 1 and s["jit_builds"] == 1 and s["compiles"] == 3
     with pytest.raises(dl.ShapeMismatch):   # same signature, bad shape: an error, not a JIT
         cm(torch.randn(5, 7))
 
@@ -539,9 +542,10 @@ def test_slice_bounds_on_a_symbolic_axis_clamp_as_the_example_falls():
         torch.testing.assert_close(cm(x), m(x))
 
 
-def test_max_over_a_dim_gives_its_values_and_refuses_its_indices():
+def test_max_over_a_dim_gives_its_values_and_runs_its_indices_eagerly():
     """``x.max(1)[0]`` (VOLO pools its tokens so) is an amax, NaN included, bit for bit; a use of
-    the indices is refused by name at compile time, under fallback too."""
+    the indices runs ``max`` eagerly for them (one eager op, its indices), and is listed by name
+    under ``fallback=False``."""
     class Values(torch.nn.Module):
         def forward(self, x):
             return x.max(1)[0] + x.min(1, keepdim=True).values.squeeze(1)
@@ -558,8 +562,13 @@ def test_max_over_a_dim_gives_its_values_and_refuses_its_indices():
             y = torch.randn(shape).to(dtype)
             y.view(-1)[0] = float("nan")
             torch.testing.assert_close(cm(y), Values()(y), equal_nan=True, rtol=0, atol=0)
-    with pytest.raises(dl.UnsupportedOp, match=r"indices of max\(dim=1\)"):
-        dl.compile(Indices(), (torch.randn(3, 5),), dynamic={0: {0: "N"}}, backend="cpu")
+    cm = dl.compile(Indices(), (torch.randn(3, 5),), dynamic={0: {0: "N"}}, backend="cpu")
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(cm(x), Indices()(x))
+    assert [n.attrs["item"] for n in cm.pipeline.graph.nodes if n.op.name == "eager"] == [1]
+    with pytest.raises(dl.UnsupportedOp, match=r"(?s)aten\.max\.dim.*indices of max\(dim=1\)"):
+        dl.compile(Indices(), (torch.randn(3, 5),), dynamic={0: {0: "N"}}, backend="cpu",
+                   fallback=False)
 
 
 _VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,

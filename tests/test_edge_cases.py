@@ -90,8 +90,10 @@ def test_amax_over_empty_range():
     launch (ShapeMismatch naming the op and line) for a dim that is 0 at run time."""
     with pytest.raises(dl.ShapeError, match=rf"{HERE}.*torch rejects the program: .*zero-size "
                        r"dimension for reduction operation without identity"):
-        dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), backend="cpu")
-    cm = dl.compile(Fn(lambda x: x.amax(0)), (torch.randn(3, 4),), {0: {0: "N"}}, backend="cpu")
+        dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), dynamic=False, backend="cpu")
+    with pytest.raises(dl.ShapeError, match=rf"amax 'amax' at {HERE}.*empty range"):
+        dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), backend="cpu")   # "auto"
+    cm = dl.compile(Fn(lambda x: x.amax(0)), (torch.randn(3, 4),), dynamic={0: {0: "N"}}, backend="cpu")
     with pytest.raises(dl.ShapeMismatch, match=rf"amax 'amax' at {HERE}.*empty range.*N = input 0"):
         cm(torch.randn(0, 4))
     with pytest.raises(IndexError):
@@ -137,8 +139,8 @@ def test_keyword_defaults(fn):
 
 
 def test_unsupported_argument_value_is_named():
-    with pytest.raises(dl.UnsupportedOp, match=rf"aten.div.Tensor_mode 'div' at {HERE}.*rounding_mode='floor'"
-                                               r"\) by a tensor"):
+    with pytest.raises(dl.UnsupportedOp, match=rf"'div': aten.div.Tensor_mode at {HERE}.*"
+                                               r"rounding_mode='floor'\) by a tensor"):
         dl.compile(Fn(lambda x: torch.div(x, x + 1, rounding_mode="floor")), (torch.arange(3),),
                    fallback=False,
                    backend="cpu")
@@ -191,7 +193,7 @@ def test_type_promotion():
     (lambda x: x.mean(), torch.int64, r"torch rejects the program: .*mean\(\): could not infer "
      r"output dtype"),
     (lambda x: -x, torch.bool, r"torch rejects the program: .*Negation.*on a bool tensor"),
-    (lambda x: x - x, torch.bool, r"torch rejects the program: .*Subtraction.*two bool tensors"),
+    (lambda x: x - x, torch.bool, r"torch rejects .*Subtraction.*two bool tensors"),
 ], ids=["mean-int", "neg-bool", "sub-bool"])
 def test_dtype_eager_rejects(fn, dtype, match):
     with pytest.raises(dl.DTypeError, match=match):
@@ -264,7 +266,7 @@ def test_inplace_refused(fn, match):
 @pytest.mark.parametrize("dynamic", [False, {0: {0: "N"}}], ids=["static", "dynamic"])
 def test_invalid_axes(fn, match, dynamic):
     with pytest.raises(dl.ShapeError, match=match) as ei:
-        dl.compile(Fn(fn), (torch.randn(2, 6),), dynamic, backend="cpu")
+        dl.compile(Fn(fn), (torch.randn(2, 6),), dynamic=dynamic, backend="cpu")
     assert HERE in str(ei.value), str(ei.value)
     with pytest.raises((RuntimeError, IndexError, TypeError)):
         fn(torch.randn(2, 6))
@@ -285,9 +287,9 @@ def test_reshape_sizes_from_dim_arithmetic():
 
 def test_dim_as_tensor_value():
     run(Fn(lambda x: x * x.size(1) + x.shape[1]), (torch.randn(2, 6),), {0: {0: "N"}})
-    with pytest.raises(dl.UnsupportedOp, match=rf"aten.mul.Tensor 'mul' at {HERE}.*dimension N "
+    with pytest.raises(dl.UnsupportedOp, match=rf"'mul': aten.mul.Tensor at {HERE}.*dimension N "
                        r"used as a tensor"):
-        dl.compile(Fn(lambda x: x * x.size(0)), (torch.randn(2, 6),), {0: {0: "N"}},
+        dl.compile(Fn(lambda x: x * x.size(0)), (torch.randn(2, 6),), dynamic={0: {0: "N"}},
                    backend="cpu", fallback=False)
 
 
@@ -302,7 +304,7 @@ def test_dim_as_tensor_value():
 ], ids=["reshape-N-1-4", "reshape-1-3-dynamic", "reshape-1-3-static"])
 def test_example_inputs_checked_at_compile(fn, ins, dynamic, match):
     with pytest.raises(dl.ShapeError, match=match) as ei:
-        dl.compile(Fn(fn), ins, dynamic, backend="cpu")
+        dl.compile(Fn(fn), ins, dynamic=dynamic, backend="cpu")
     msg = str(ei.value)
     assert "_r" not in msg or "_r1 is the -1" in msg, msg
     with pytest.raises(RuntimeError):
@@ -312,7 +314,7 @@ def test_example_inputs_checked_at_compile(fn, ins, dynamic, match):
 def test_same_dim_name_with_different_example_sizes():
     with pytest.raises(dl.ShapeError, match=r"example inputs violate.*input 1 'y' axis 0: size 5"):
         dl.compile(Fn2(lambda x, y: (x.sum(), y.sum())), (torch.randn(3), torch.randn(5)),
-                   {0: {0: "N"}, 1: {0: "N"}}, backend="cpu")
+                   dynamic={0: {0: "N"}, 1: {0: "N"}}, backend="cpu")
 
 
 # --- layouts ----------------------------------------------------------------------------------------------------
@@ -326,7 +328,7 @@ def test_non_strided_inputs_refused(layout, monkeypatch):
     x = torch.randn(2, 3)
     with pytest.raises(dl.UnsupportedOp, match=r"input 0 'x': layout .* unsupported"):
         dl.compile(Fn(torch.relu), (LAYOUTS[layout](x),), backend="cpu")
-    cm = dl.compile(Fn(torch.relu), (x,), {0: {0: "N"}}, backend="cpu")
+    cm = dl.compile(Fn(torch.relu), (x,), dynamic={0: {0: "N"}}, backend="cpu")
     spy = Spy(cm, monkeypatch)
     with pytest.raises(dl.ArgumentError, match=r"input 0 'x': layout .* unsupported \(strided"):
         cm(LAYOUTS[layout](x))
@@ -338,7 +340,8 @@ def test_float_alpha_on_integers():
                       torch.add(x, x, alpha=3))), (torch.arange(6),))
     with pytest.raises(dl.DTypeError, match=rf"{HERE}.*torch rejects the program: .*alpha "
                        r"argument of type <class 'float'> cannot be safely cast"):
-        dl.compile(Fn(lambda x: torch.add(x, x, alpha=2.5)), (torch.arange(6),), backend="cpu")
+        dl.compile(Fn(lambda x: torch.add(x, x, alpha=2.5)), (torch.arange(6),), dynamic=False,
+                   backend="cpu")
 
 
 @pytest.mark.parametrize("make", [
@@ -378,7 +381,7 @@ def test_call_refusals_are_dl_errors(make, exc, match, monkeypatch):
     """Each refusal is a ``dl`` error keeping its builtin base, raised before the host program
     or any allocation or launch."""
     cm = dl.compile(Fn2(lambda x, y: x * y), (torch.randn(3, 4), torch.randn(4)),
-                    {0: {0: "N"}}, backend="cpu")
+                    dynamic={0: {0: "N"}}, backend="cpu")
     spy = Spy(cm, monkeypatch)
     x, y = torch.randn(3, 4), torch.randn(4)
     with pytest.raises(exc, match=match) as err:
@@ -394,7 +397,7 @@ def test_wrong_device_refused():
     that claims the ``cuda`` device: the validator runs before anything touches a device)."""
     from dlcb_lab.runtime.thunks import DynamicAOTThunk
 
-    cm = dl.compile(Fn(torch.relu), (torch.randn(3),), {0: {0: "N"}}, backend="cpu")
+    cm = dl.compile(Fn(torch.relu), (torch.randn(3),), dynamic={0: {0: "N"}}, backend="cpu")
     th = cm._thunk
     other = DynamicAOTThunk(th.host, th.plan, th.launchers, th.in_dtypes, "cuda", th.in_names)
     with pytest.raises(dl.DeviceError, match=r"input 0 'x': on cpu, expected cuda"):
@@ -430,7 +433,7 @@ def _readonly(a):
 def test_direct_launch_refusals_are_dl_errors(make, exc, match):
     """The same validator behind direct launches (``k[grid, block](out, in0, ..)``)."""
     cm = dl.compile(Fn2(lambda x, y: x * y), (torch.randn(3, 4), torch.randn(4)),
-                    {0: {0: "N"}}, backend="cpu")
+                    dynamic={0: {0: "N"}}, backend="cpu")
     (k,) = cm.pipeline.kernels
     out = torch.full((3, 4), float("nan"))
     with pytest.raises(exc, match=match):

@@ -36,7 +36,7 @@ def test_fused_intermediate_past_int32():
     y = torch.randn(1, 49152, dtype=torch.float64, device=DEV)
     m = Overflow()
     cm = dl.compile(m, (x[:4], torch.randn(1, 65536, dtype=torch.float64, device=DEV)),
-                    {0: {0: "N"}, 1: {1: "M"}}, backend="cuda")
+                    dynamic={0: {0: "N"}, 1: {1: "M"}}, backend="cuda")
     thunk, log = cm.pipeline.thunks[0], []
     thunk.launchers = [Recorder(f, log) for f in thunk.launchers]   # each launch's index width
     got = cm(x, y)
@@ -81,7 +81,7 @@ def test_zero_size_at_run_time_cuda(monkeypatch):
     assert [tuple(t.shape) for t in got] == [(0, 4), (4,), (4,), (0,)]
     torch.testing.assert_close(got[1], torch.zeros(4, device=DEV))
     assert got[2].isnan().all() and spy.launches == 2
-    cm = dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 4, device=DEV),), {0: {1: "K"}},
+    cm = dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 4, device=DEV),), dynamic={0: {1: "K"}},
                     backend="cuda")
     with pytest.raises(dl.ShapeMismatch, match=r"amax 'amax' at .*empty range.*K = input 0"):
         cm(torch.randn(3, 0, device=DEV))
@@ -102,7 +102,7 @@ def test_zero_dim_cuda():
 def test_hostile_names_cuda():
     for name in HOSTILE:
         cm = dl.compile(Worked(), (torch.randn(2, 4, 6, device=DEV),
-                                   torch.randn(1, 4, 1, device=DEV)), {0: {0: name}},
+                                   torch.randn(1, 4, 1, device=DEV)), dynamic={0: {0: name}},
                         backend="cuda")
         x, y = torch.randn(5, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)
         torch.testing.assert_close(cm(x, y), Worked()(x, y), rtol=1e-5, atol=1e-5)
@@ -110,7 +110,7 @@ def test_hostile_names_cuda():
 
 def test_pickle_cuda():
     cm = dl.compile(Worked(), (torch.randn(2, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)),
-                    {0: {0: "N"}}, backend="cuda")
+                    dynamic={0: {0: "N"}}, backend="cuda")
     cm2 = pickle.loads(pickle.dumps(cm))
     x, y = torch.randn(9, 4, 6, device=DEV), torch.randn(1, 4, 1, device=DEV)
     torch.testing.assert_close(cm2(x, y), cm(x, y))

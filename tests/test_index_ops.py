@@ -113,7 +113,7 @@ def test_tensor_remainder_follows_the_divisor_sign():
             return x % 3, x % -2.5
 
     m = Rem()
-    cm = dl.compile(m, (torch.randn(2, 4),), {0: {0: "N"}}, backend="cpu", fallback=False)
+    cm = dl.compile(m, (torch.randn(2, 4),), dynamic={0: {0: "N"}}, backend="cpu", fallback=False)
     x = torch.randn(5, 4) * 10
     for got, want in zip(cm(x), m(x)):
         torch.testing.assert_close(got, want)

@@ -184,7 +184,7 @@ def test_matmul_contraction_mismatch_is_a_shape_error():
     where = rf"capture at {HERE}:\d+ in forward: return self.fn\(x, y\): torch rejects"
     with pytest.raises(dl.ShapeError, match=rf"{where}.*same reduction dim, but got \[2, 3\] X "
                                             r"\[4, 5\]"):
-        dl.compile(Fn2(torch.matmul), (rand(2, 3), rand(4, 5)), backend="cpu")
+        dl.compile(Fn2(torch.matmul), (rand(2, 3), rand(4, 5)), dynamic=False, backend="cpu")
     with pytest.raises(dl.ShapeError, match=rf"{where}.*batch1 must be a 3D tensor"):
         dl.compile(Fn2(torch.bmm), (rand(2, 3), rand(3, 5)), backend="cpu")
 
@@ -496,7 +496,7 @@ AXIS_ERRORS = {   # name: (fn, expected message)
 def test_bad_axis_is_a_shape_error_naming_the_op(name):
     fn, msg = AXIS_ERRORS[name]
     with pytest.raises(dl.ShapeError, match=msg) as ei:
-        dl.compile(Fn(fn), (rand(2, 3),), {0: {0: "N"}}, backend="cpu")
+        dl.compile(Fn(fn), (rand(2, 3),), dynamic={0: {0: "N"}}, backend="cpu")
     assert HERE in str(ei.value)
 
 
@@ -504,8 +504,8 @@ UNSUPPORTED = {   # fallback=False
     "narrow-tensor": (lambda x: x.narrow(1, x[0, 0].long(), 1),
                       r"torch\.export cannot capture Fn"),
     "split-symbolic": (lambda x: x.split(2, 0), r"split of symbolic axis 0 \(N\)"),
-    "unbind-symbolic": (lambda x: x.unbind(0), r"unbind of symbolic axis 0 \(N\)"),
-    "tril": (lambda x: torch.tril(x), rf"1 ATen node not supported by DLCB IR:\n  'tril': "
+    "tril": (lambda x: torch.tril(x), rf"1 ATen node not supported by DLCB IR "
+                                      rf"\(fallback=False\):\n  'tril': "
                                       rf"aten\.tril\.default at {HERE}:\d+ in forward"),
     "sdpa-dropout": (lambda x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.1),
                      r"dropout_p=0.1"),
@@ -516,7 +516,15 @@ UNSUPPORTED = {   # fallback=False
 def test_unsupported_is_refused_at_compile_time(name):
     fn, msg = UNSUPPORTED[name]
     with pytest.raises(dl.UnsupportedOp, match=msg):
-        dl.compile(Fn(fn), (rand(4, 3),), {0: {0: "N"}}, backend="cpu", fallback=False)
+        dl.compile(Fn(fn), (rand(4, 3),), dynamic={0: {0: "N"}}, backend="cpu", fallback=False)
+
+
+def test_unbind_of_a_dynamic_axis_is_specialized_by_export():
+    """``unbind`` returns one tensor per element of the axis: export fixes its size, so a dim
+    declared there is refused, naming export's specialization."""
+    with pytest.raises(dl.ShapeError, match=r"dim N .* fixes it to 4: .*torch.export"):
+        dl.compile(Fn(lambda x: x.unbind(0)[0]), (rand(4, 3),), dynamic={0: {0: "N"}},
+                   backend="cpu")
 
 
 def test_op_without_lowering_runs_eagerly():
@@ -825,7 +833,7 @@ def test_narrow_tensor_start_is_refused():
     with pytest.raises(dl.UnsupportedOp, match=rf"capture at {HERE}:\d+ in forward: return "
                                                r"x\.narrow\(1, self\.start, 3\).*torch\.export "
                                                r"cannot capture NarrowByBuffer"):
-        dl.compile(NarrowByBuffer(), (rand(2, 6, 4),), {0: {1: "W", 2: "V"}}, backend="cpu")
+        dl.compile(NarrowByBuffer(), (rand(2, 6, 4),), dynamic={0: {1: "W", 2: "V"}}, backend="cpu")
     with pytest.raises(dl.UnsupportedOp, match=r"torch\.export cannot capture"):
         dl.compile(Fn(lambda x: x.narrow(1, x[0, 0].long(), 1)), (rand(4, 3),), backend="cpu")
 

@@ -63,7 +63,7 @@ def test_hostile_dim_names(name):
 
 
 def test_each_kernel_cuda_source_compiles_alone():
-    cm = dl.compile(Worked(), (torch.randn(2, 4, 6), torch.randn(1, 4, 1)), {0: {0: "N"}},
+    cm = dl.compile(Worked(), (torch.randn(2, 4, 6), torch.randn(1, 4, 1)), dynamic={0: {0: "N"}},
                     backend="cpu")
     assert len(cm.pipeline.kernels) == 2
     for k in cm.pipeline.kernels:
@@ -93,7 +93,7 @@ def test_index_width_from_index_bounds_per_kernel():
     every buffer fits; the elementwise kernel beside it stays 32-bit."""
     cm = dl.compile(Overflow(), (torch.randn(4, 1, dtype=torch.float64),
                                  torch.randn(1, 65536, dtype=torch.float64)),
-                    {0: {0: "N"}, 1: {1: "M"}}, backend="cpu")
+                    dynamic={0: {0: "N"}, 1: {1: "M"}}, backend="cpu")
     host = cm.pipeline.host_program
     r = host.interpret([(43692, 1), (1, 49152)])
     red, ew = cm.pipeline.kernels
@@ -110,7 +110,7 @@ def test_index_bound_is_tight_for_identity_layouts():
     from dlcb_lab.bench.bandwidth import BiasReLU
 
     x, s = torch.randn(2, 64, 56, 56), torch.randn(1, 64, 1, 1)
-    cm = dl.compile(BiasReLU(), (x, s, s), {0: {0: "N"}}, backend="cpu")
+    cm = dl.compile(BiasReLU(), (x, s, s), dynamic={0: {0: "N"}}, backend="cpu")
     host, (k,) = cm.pipeline.host_program, cm.pipeline.kernels
     r = host.interpret([(128, 64, 56, 56), (1, 64, 1, 1), (1, 64, 1, 1)])
     numel = r[host.slots[f"{k.name}.numel"]]
@@ -125,9 +125,14 @@ LAYERS = ["errors display", "dims", "ir", "passes", "kgen", "hostgen", "runtime"
 """Pipeline layers, lowest first: a module may import its own layer and those below it
 (``artifact`` saves and loads a ``CompiledModule``; ``CompiledModule.save`` calls it)."""
 BESIDE = {"viz", "bench", "demo", "cli"}
-"""Beside the pipeline: may import anything; the pipeline imports them only lazily (inside a
-function: the ``Rich`` display hook, the solver stepper) and never the benchmarks (``dl.bench``
-is a module attribute that loads them on first use)."""
+"""Beside the pipeline: may import anything; the pipeline never imports them, at module level or
+inside a function (``dl.bench`` is a module attribute that loads the benchmarks on first use),
+except through ``DOORS``."""
+DOORS = {"dlcb_lab.display": {"dlcb_lab.viz.render"}}
+"""The core's one door to the notebook layer: the display hook every record inherits
+(``display.Rich``: ``_repr_mimebundle_``, ``to_html``) imports the rendering registry inside its
+methods, as Jupyter calls them. Everything else that renders a record takes the record
+(``viz.stepper(trace)``, ``viz.dump(pipeline, directory)``, ``viz.report.sections(report)``)."""
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer.split()}
 FRONT_ENDS = {"dlcb_lab.bridge.dynamo"}
 """Front ends of ``dl.compile`` filed under a lower layer (the TorchDynamo backend sits with the
@@ -168,8 +173,8 @@ def _modules() -> dict[str, pathlib.Path]:
 
 
 def test_layering():
-    """No pipeline module imports a higher layer, and none imports ``viz``/``bench`` at module
-    level (or ``bench`` at all)."""
+    """No pipeline module imports a higher layer, and none imports ``viz``, ``bench``, ``demo`` or
+    ``cli``, at module level or inside a function, but the display hook (``DOORS``)."""
     bad = []
     for name, path in _modules().items():
         src = _part(name)
@@ -179,8 +184,9 @@ def test_layering():
         for target, top_level, line in _imports(path):
             dst = _part(target)
             if dst in BESIDE:
-                if top_level or dst == "bench":
-                    bad.append(f"{name}:{line} imports {target} (beside the pipeline)")
+                if top_level or target not in DOORS.get(name, ()):
+                    where = "" if top_level else ", inside a function"
+                    bad.append(f"{name}:{line} imports {target} (beside the pipeline{where})")
             elif RANK[dst] > RANK[src] and (top_level or name not in FRONT_ENDS):
                 bad.append(f"{name}:{line} ({src}) imports {target} ({dst}, a higher layer)")
     assert not bad, "\n".join(bad)
@@ -201,10 +207,11 @@ def test_layering_covers_the_split_modules():
 
 def test_bridge_is_capture_then_one_aten_table():
     """The bridge after the switch to ``torch.export``: ``capture`` (export, the dynamic spec,
-    source locations) knows no lowering; ``aten`` (the one ATen table) adapts the torch-signature
-    lowerings of ``tensor``, ``nn`` and ``indexing``; the lowerings never import the table or
-    capture; ``api`` enters the bridge through ``capture``, ``aten`` and ``generalize`` only. The
-    torch.fx tracer (``fx.py``) and its opaque-function proxies (``proxy.py``) are gone."""
+    source locations) knows no lowering, only how a call binds (``signature``); ``aten`` (the one
+    ATen table) adapts the torch-signature lowerings of ``tensor``, ``nn`` and ``indexing``; the
+    lowerings never import the table or capture; ``api`` enters the bridge through ``capture``,
+    ``signature``, ``aten`` and ``generalize`` only. The torch.fx tracer (``fx.py``) and its
+    opaque-function proxies (``proxy.py``) are gone."""
     mods = _modules()
     b = "dlcb_lab.bridge."
     for name in ("capture", "aten", "tensor", "nn", "indexing", "common", "generalize"):
@@ -215,33 +222,75 @@ def test_bridge_is_capture_then_one_aten_table():
         return {t.removeprefix(b) for t, _, _ in _imports(mods[b + name]) if t.startswith(b)}
 
     assert {"capture", "tensor", "nn", "indexing", "common"} <= deps("aten"), deps("aten")
-    assert deps("capture") == set(), deps("capture")
+    assert deps("capture") == {"signature"}, deps("capture")
     for name in ("tensor", "nn", "indexing"):
         assert not deps(name) & {"aten", "capture"}, (name, deps(name))
     api = {t.removeprefix(b) for t, _, _ in _imports(mods["dlcb_lab.api"]) if t.startswith(b)}
-    assert api == {"aten", "capture", "generalize"}, api
+    assert api == {"aten", "capture", "generalize", "signature"}, api
+
+
+def _check_package(tmp_path, files: dict[str, str]) -> str:
+    """``test_layering``'s report on a package of ``files`` (path -> source), empty if it passes."""
+    pkg = tmp_path / "dlcb_lab"
+    for rel, src in {"__init__.py": "", **files}.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        for d in (pkg / rel).parents:
+            if d != pkg.parent and not (d / "__init__.py").exists() and d.is_relative_to(pkg):
+                (d / "__init__.py").write_text("")
+        (pkg / rel).write_text(src)
+    globals()["PACKAGE"] = pkg
+    try:
+        test_layering()
+    except AssertionError as err:
+        return str(err)
+    finally:
+        globals()["PACKAGE"] = pathlib.Path(dl.__file__).parent
+    return ""
 
 
 def test_layering_check_catches_an_upward_import(tmp_path):
-    """The checker itself: an ``ir`` module importing ``runtime`` and one importing ``viz`` at
-    module level are both reported."""
-    pkg = tmp_path / "dlcb_lab"
-    (pkg / "ir").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "ir" / "__init__.py").write_text("")
-    (pkg / "ir" / "up.py").write_text("from ..runtime.thunks import Thunk\n"
-                                        "from ..viz import render\n"
-                                        "def f():\n    from ..viz import code\n")
-    globals()["PACKAGE"] = pkg
-    try:
-        with pytest.raises(AssertionError) as ei:
-            test_layering()
-    finally:
-        globals()["PACKAGE"] = pathlib.Path(dl.__file__).parent
-    msg = str(ei.value)
+    """The checker itself: an ``ir`` module importing ``runtime``, and importing ``viz`` at
+    module level or inside a function, are all reported."""
+    msg = _check_package(tmp_path, {"ir/up.py": "from ..runtime.thunks import Thunk\n"
+                                                "from ..viz import render\n"
+                                                "def f():\n    from ..viz import code\n"})
     assert "dlcb_lab.ir.up:1 (ir) imports dlcb_lab.runtime.thunks (runtime" in msg, msg
     assert "dlcb_lab.ir.up:2 imports dlcb_lab.viz (beside the pipeline)" in msg, msg
-    assert "up:4" not in msg, msg   # a lazy import of the notebook layer is the display hook
+    assert "dlcb_lab.ir.up:4 imports dlcb_lab.viz (beside the pipeline, inside a function)" in msg, \
+        msg
+
+
+def test_layering_check_allows_only_the_display_door(tmp_path):
+    """A record that renders itself through a lazy import of ``viz`` (as ``Pipeline.dump`` and
+    ``SolverTrace.stepper`` once did) fails the layering test; the display hook's lazy import of
+    ``viz.render`` passes, but not at module level, and not of another ``viz`` module."""
+    door = ("class Rich:\n    def _repr_mimebundle_(self):\n"
+            "        from .viz.render import bundle\n        return bundle(self)\n")
+    assert _check_package(tmp_path / "a", {"display.py": door}) == ""
+    msg = _check_package(tmp_path / "b", {
+        "display.py": door + "    def widget(self):\n        from .viz.solve import stepper\n",
+        "records.py": "class Pipeline:\n    def dump(self, d):\n"
+                      "        from .viz.files import dump\n        return dump(self, d)\n",
+        "dims/solver.py": "class SolverTrace:\n    def stepper(self):\n"
+                          "        import dlcb_lab.viz.solve\n"})
+    assert [line.strip() for line in msg.splitlines()[:3]] == [
+        "dlcb_lab.dims.solver:3 imports dlcb_lab.viz.solve (beside the pipeline, inside a "
+        "function)",
+        "dlcb_lab.display:6 imports dlcb_lab.viz.solve (beside the pipeline, inside a function)",
+        "dlcb_lab.records:3 imports dlcb_lab.viz.files (beside the pipeline, inside a function)"], msg
+    msg = _check_package(tmp_path / "c", {"display.py": "from .viz.render import bundle\n"})
+    assert "dlcb_lab.display:1 imports dlcb_lab.viz.render (beside the pipeline)" in msg, msg
+
+
+def test_core_has_no_rendering_methods():
+    """The renderings that used to be record methods are functions of the record in ``viz``."""
+    import dlcb_lab.viz as viz
+    from dlcb_lab.dims.solver import SolverTrace
+    from dlcb_lab.records import Pipeline
+
+    assert not hasattr(Pipeline, "dump") and not hasattr(SolverTrace, "stepper")
+    assert viz.dump.__module__ == "dlcb_lab.viz.files"
+    assert viz.stepper.__module__ == "dlcb_lab.viz.solve"
 
 
 # --- op spellings live with the printers -----------------------------------------------------------

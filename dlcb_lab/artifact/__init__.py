@@ -22,6 +22,7 @@ import torch
 from ..errors import ArtifactError
 from .format import (FORMAT, FORMAT_VERSION, ArtifactDeviceError, Reader, TensorTable, Writer,
                      versions)
+from .signature import signature_json, signature_of
 from .unit import load_unit, save_unit
 
 __all__ = ["save", "load", "ArtifactError", "ArtifactDeviceError", "FORMAT", "FORMAT_VERSION",
@@ -43,11 +44,8 @@ def save(cm, path: str | os.PathLike) -> pathlib.Path:
         raise ArtifactError(f"the module has {len(cm._constants)} constants, its graph "
                             f"{len(g.constants)}")
     w.add("tensors.pt", tensors.to_bytes())
-    s = cm.signature
     manifest = {"backend": backend, "units": units, "constants": consts,
-                "signature": {"names": list(s.names), "kinds": list(s.kinds),
-                              "defaults": list(s.defaults)},
-                "single": cm._single}
+                "signature": signature_json(cm.signature)}
     if backend == "cuda":
         manifest["arch"] = units[0]["arch"]
     return w.write(path, manifest)
@@ -57,7 +55,7 @@ def load(path: str | os.PathLike):
     """The compiled module saved at ``path``, ready to call on this machine's backend device.
     ``stats()["kernel_builds"]`` counts kernels compiled by the load: 0 when numba's shipped
     cache applies (same CPU kind and numba version) and always for cubins."""
-    from ..api import CallSignature, CompiledModule
+    from ..api import CompiledModule
 
     r = Reader(path)
     m = r.manifest
@@ -82,14 +80,11 @@ def load(path: str | os.PathLike):
         if c.dtype != v.dtype or list(c.shape) != _static_shape(v, pipe):
             raise r.error(f"constant {v.name!r} is {c.dtype} {list(c.shape)}, its graph value "
                           f"{v.dtype} {_static_shape(v, pipe)}")
-    sig = m.get("signature")
     try:
-        signature = CallSignature(tuple(sig["names"]), tuple(int(k) for k in sig["kinds"]),
-                                  tuple(sig["defaults"]))
-        single = bool(m["single"])
-    except (KeyError, TypeError, ValueError):
+        signature = signature_of(m["signature"])
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise r.error("malformed call signature") from None
-    return CompiledModule(pipe, signature, single, builds, constants)
+    return CompiledModule(pipe, signature, builds, constants)
 
 
 def _units(cm) -> list:

@@ -31,10 +31,11 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "ArtifactDeviceError", "Reader", "Writer"
            "dump_records", "load_records", "versions"]
 
 FORMAT = "dlcb-artifact"
-FORMAT_VERSION = 5   # 2: one cubin per NVRTC unit (kernels.<j>.cubin, manifest "units");
+FORMAT_VERSION = 6   # 2: one cubin per NVRTC unit (kernels.<j>.cubin, manifest "units");
 #                      3: two per unit, the 32-bit and the 64-bit index entry points (.wide.cubin);
 #                      4: the 32-bit cubin holds the vectorized entry points too;
-#                      5: and the warp-per-output ones
+#                      5: and the warp-per-output ones;
+#                      6: the call signature's slots, constants and output spec
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*")
 

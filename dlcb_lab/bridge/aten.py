@@ -34,7 +34,8 @@ from . import indexing
 from . import nn as nn_lowerings
 from . import tensor as tensor_lowerings
 from .capture import TORCH_DIR, Captured, input_dims, is_symbolic, source_file, user_frame
-from .common import Cx, DimPredicate, NoFallback, Unavailable, find, tensor_arg, wrap_axis
+from .common import (Cx, DimPredicate, NoDimForm, NoFallback, Unavailable, find, tensor_arg,
+                     wrap_axis)
 
 _L = {**tensor_lowerings.LOWERINGS, **nn_lowerings.LOWERINGS, **indexing.LOWERINGS}
 
@@ -347,7 +348,7 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
     constants of static shape, created when first used. ``fallback``: a node without a lowering
     (or whose lowering refuses its arguments) becomes an ``eager`` op, run by PyTorch; else one
     ``UnsupportedOp`` lists every such node."""
-    from torch.export.graph_signature import InputKind, OutputKind
+    from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
     ep = cap.program
     g = Graph()
@@ -357,8 +358,11 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
     consts: dict[fx.Node, tuple[str, torch.Tensor]] = {}
     user = 0
     for s in ep.graph_signature.input_specs:
-        n = nodes[s.arg.name]
-        if s.kind is InputKind.USER_INPUT:
+        n = nodes.get(s.arg.name)
+        if s.kind is InputKind.USER_INPUT and isinstance(s.arg, ConstantArgument):
+            if n is not None:   # a non-tensor argument: a constant of the trace
+                env[n] = s.arg.value
+        elif s.kind is InputKind.USER_INPUT:
             ex = cap.examples[user]
             env[n] = g.input(cap.names[user], input_dims(ex, cap.spec.get(user, {})), ex.dtype)
             g.examples.update((d.name, int(size)) for d, size in zip(g.dims(env[n]), ex.shape)
@@ -405,7 +409,14 @@ def lower_to_ir(cap: Captured, fallback: bool = False) -> Graph:
                 if not fallback or n.op != "call_function" or _mutates(n) or \
                         isinstance(err, NoFallback):
                     raise
-                env[n] = _eager(g, n, env, symbols, str(err.msg))
+                try:
+                    if n.target is operator.getitem:   # an item the producer's lowering left
+                        env[n] = _eager(g, n.args[0], env, consts, symbols, str(err.msg),
+                                        only=n.args[1])
+                    else:
+                        env[n] = _eager(g, n, env, consts, symbols, str(err.msg))
+                except NoDimForm as no:   # the lowering's refusal says more
+                    raise NoDimForm(err.msg, no.symbols) from None
         except DLError as err:
             raise err.locate(describe(n), n.name, where(n)) from None
     _pin(g, cap, late)
@@ -477,19 +488,33 @@ def _mutates(n: fx.Node) -> bool:
     return schema is not None and schema.is_mutable
 
 
-def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value:
-    """``n`` as an ``eager`` op: its tensor arguments operands, the rest a template; its result
-    shape export's, in graph dims. A result whose size export could not derive from the inputs'
-    (data-dependent: ``nonzero``) or that is not one tensor stays an ``UnsupportedOp``."""
+def _eager(g: Graph, n: fx.Node, env: dict, consts: dict, symbols: dict, reason: str,
+           only: int | None = None) -> Any:
+    """``n`` as an ``eager`` op: its tensor arguments operands (parameters and buffers too), the
+    rest a template; its result shape export's, in graph dims. An op with several results is a
+    tuple (or list) of eager ops, one per tensor result, each taking its ``item``; a
+    nondeterministic one stays an ``UnsupportedOp`` (two calls would draw different values), as
+    does a result whose size export could not derive from the inputs' (data-dependent:
+    ``nonzero``) or that is no tensor. ``only``: just that result (one the node's lowering left
+    uncomputed, such as the indices of ``max(x, dim)``)."""
+    if not isinstance(n.target, torch._ops.OpOverload) or n.target.namespace != "aten":
+        raise UnsupportedOp(f"{reason} (and no ATen operator to run eagerly in its place)")
     val = n.meta.get("val")
-    if not isinstance(val, torch.Tensor):
+    several = isinstance(val, (tuple, list)) and bool(val) and \
+        all(isinstance(x, torch.Tensor) or x is None for x in val)
+    if not isinstance(val, torch.Tensor) and not several:
         raise UnsupportedOp(f"{describe(n)} has no lowering and returns "
-                            f"{type(val).__name__}, not one tensor: it cannot run eagerly "
+                            f"{type(val).__name__}, not tensors: it cannot run eagerly "
                             f"between compiled ops ({reason})")
+    if several and only is None and _random(n):
+        raise UnsupportedOp(f"{describe(n)} has no lowering and returns several random "
+                            f"tensors: it cannot run eagerly once per result ({reason})")
     operands: list[Value] = []
 
     def template(a: Any) -> Any:
         if isinstance(a, fx.Node):
+            if a not in env and a in consts:   # a parameter, buffer or constant: on first use
+                env[a] = g.constant(*consts[a])
             v = env.get(a)
             if isinstance(v, Value):
                 operands.append(v)
@@ -501,10 +526,34 @@ def _eager(g: Graph, n: fx.Node, env: dict, symbols: dict, reason: str) -> Value
 
     args = template(tuple(n.args))
     kwargs = tuple((k, template(v)) for k, v in n.kwargs.items())
-    out_shape = tuple(to_dim(s, symbols, describe(n)) for s in val.shape)
-    return g.apply("eager", *operands, name=n.name, where=where(n), target=describe(n),
-                   args=args, kwargs=kwargs, out_shape=out_shape, dtype=val.dtype,
-                   reason=reason.splitlines()[0])
+
+    def one(t: torch.Tensor, item: int | None) -> Value:
+        out_shape = tuple(to_dim(s, symbols, describe(n)) for s in t.shape)
+        return g.apply("eager", *operands, name=n.name if item is None else f"{n.name}_{item}",
+                       where=where(n), target=describe(n), args=args, kwargs=kwargs,
+                       out_shape=out_shape, dtype=t.dtype, reason=reason.splitlines()[0],
+                       **({} if item is None else {"item": item}))
+
+    if not several:
+        return one(val, None)
+    if only is not None:
+        return one(val[only], only)
+    return type(val)(one(t, j) if isinstance(t, torch.Tensor) else None
+                     for j, t in enumerate(val))
+
+
+def _random(n: fx.Node) -> bool:
+    """A node whose results are random: a nondeterministic op (tagged so), unless its schema's
+    ``train`` flag is False in this call (``lstm``'s dropout is off in inference)."""
+    if torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ()):
+        return False
+    schema = getattr(n.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "train" in names:
+        i = names.index("train")
+        train = n.kwargs.get("train", n.args[i] if i < len(n.args) else True)
+        return train is not False
+    return True
 
 
 def to_dim(size: Any, symbols: dict, what: str) -> Any:
@@ -549,7 +598,8 @@ def _sym_dim(e: Any, symbols: dict, what: str, hint: Mapping | None = None,
             top = conv(args[0])
             taken.extend(sign * (top - conv(a)) for a in args[1:])
             return top
-        raise UnsupportedOp(f"{what} ({name}) has no DLCB dim form")
+        raise NoDimForm(f"{what} ({name}) has no DLCB dim form",
+                        frozenset(str(x) for x in e.free_symbols))
     return conv(e)
 
 
@@ -646,6 +696,8 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict, spell: Spellings)
     args, kwargs = fx.node.map_arg((n.args, n.kwargs), value)
     if n.target is operator.getitem:   # a tuple's item, computed or not (``Unavailable``)
         env[n] = args[0][args[1]]
+        if isinstance(env[n], Unavailable) and n.users:   # eager computes it (lower_to_ir)
+            raise UnsupportedOp(f"{env[n].what}: not computed by the lowering")
         return
     used = find((args, tuple(kwargs.values())), Unavailable)
     if used is not None and _packet(n) not in _NO_OPS:   # export's metadata checks compute nothing
@@ -681,8 +733,8 @@ def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict, spell: Spellings)
 _TENSORS = object()
 """``_on_sizes``: the node computes on tensors (a lowering's job)."""
 
-_SIZE_TARGETS = {operator.truediv, *_SIZE_ARITH, *_SIZE_CMP, *_SIZE_LOGIC, *_SIZE_ROUND,
-                 *_SCALED_USES, torch.sym_float}
+_SIZE_TARGETS = {operator.truediv, operator.pow, *_SIZE_ARITH, *_SIZE_CMP, *_SIZE_LOGIC,
+                 *_SIZE_ROUND, *_SCALED_USES, torch.sym_float}
 _SIZE_PACKETS = {*_NO_OPS, *_SIZE_FNS, "_assert_scalar", "sym_storage_offset"}
 """The Python targets and ATen packets ``_on_sizes`` computes (on sizes; the arithmetic, the
 comparisons and the logic on tensors go to the lowerings)."""
@@ -719,6 +771,8 @@ def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict,
         return _size_extremum(g, n, args)
     if t in _SIZE_ARITH and not any(isinstance(a, Value) for a in args):
         return spell(t(*args))   # size arithmetic on dimension expressions, spelt as the graph
+    if t is operator.pow and not any(isinstance(a, Value) for a in args):
+        return _size_power(n, *args, spell)
     if name == "sym_storage_offset":   # read by export's deferred asserts (offset >= 0) only
         return STORAGE_OFFSET
     if STORAGE_OFFSET in args:
@@ -745,6 +799,21 @@ def _on_sizes(g: Graph, n: fx.Node, t, name: str, args: tuple, kwargs: dict,
             raise ShapeError(f"assertion fails: {args[1]}")
         return None
     return _TENSORS
+
+
+def _size_power(n: fx.Node, base: Any, exp: Any, spell: Spellings) -> Any:
+    """``base ** exp`` on sizes: a product of the dim for a literal exponent ``>= 0``; numbers
+    as Python computes them; another power of a dim has no dim expression (``NoFallback``)."""
+    if not isinstance(base, Expr) and not isinstance(exp, Expr):
+        return base ** exp
+    if isinstance(base, Expr) and isinstance(exp, int) and not isinstance(exp, bool) and \
+            exp >= 0:
+        out: Expr = lit(1)
+        for _ in range(exp):
+            out = out * base
+        return spell(out)
+    raise NoFallback(f"'{n.name}' at {where(n)}: {describe(n)} {_show((base, exp), {})}: a "
+                     f"power of a size lowers only with a literal exponent >= 0 (a product)")
 
 
 def _autocast_region(g: Graph, n: fx.Node, args: tuple, consts: dict, spell: Spellings) -> Any:
@@ -934,4 +1003,5 @@ def to_ir(module: torch.nn.Module, examples: Sequence[Any], dynamic: Any = False
     """Capture and lower in one call (what ``dl.compile`` does before the passes)."""
     from .capture import capture
 
-    return lower_to_ir(capture(module, examples, dynamic))
+    examples = (examples,) if isinstance(examples, torch.Tensor) else tuple(examples)
+    return lower_to_ir(capture(module, examples, None, dynamic))

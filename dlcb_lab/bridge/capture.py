@@ -7,9 +7,16 @@ lifts parameters, buffers and tensor constants to graph inputs. The graph is exp
 IR: ATen operators before dispatch, CompositeImplicit ops kept (``aten.linear``, ``aten.conv2d``,
 ``aten.layer_norm``), so the lowering table (``bridge.aten``) is keyed by one documented opset.
 
-Dims: every axis the ``dynamic`` spec names (``"auto"``: every axis) is exported as ``Dim.AUTO``:
-export keeps it symbolic where the code admits it and specializes it where the code guards on its
-value, without raising. Every named axis is a dim variable in the IR; those export specialized are
+The example call is the user's: ``module(*args, **kwargs)``, bound to ``forward`` as Python binds
+it (``bridge.signature``); tensors are the inputs, other arguments constants of the trace; the
+output keeps its pytree structure.
+
+Dims: every axis the ``dynamic`` spec names (``"auto"``, the default: every axis) is exported as
+``Dim.AUTO``: export keeps it symbolic where the code admits it and specializes it where the code
+guards on its value, without raising. Export runs without duck sizing: axes of equal example size
+are separate symbols until a guard of the code ties them (one symbol, one dim; a call where they
+differ runs a variant traced at its sizes). Automatic dims are named in the words of the input's
+kind (``N, C, H, W``; ``batch, seq``), one name per export symbol. Every named axis is a dim variable in the IR; those export specialized are
 pinned to their example size after lowering, so the solver's provenance says what fixed a dim (a
 weight shape, a literal view) before falling back to "export specialized it". An example axis of
 size 1 is traced at 2 (its values are never read: export runs on fake tensors), size-obliviously
@@ -23,20 +30,25 @@ general program refuses it (a broadcast, a squeeze, a range) runs a variant comp
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import logging
 import os
 import re
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn as nn
 
 from ..dims import Expr, lit, var
-from ..errors import DLError, DTypeError, ShapeError, SpecError, UnsupportedOp
+from ..errors import ArgumentError, DLError, DTypeError, ShapeError, SpecError, UnsupportedOp
+from .signature import SIMPLE, CallSignature, bind_slots, params_of
+
+_P = inspect.Parameter
 
 DynamicSpec = Mapping[int | str, Mapping[int, str]]
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -44,7 +56,28 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep   # the bridge; d
 _API = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "api.py")
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 _DTYPE_WORDS = re.compile(r"dtype|[Pp]romotion|\bcast\b|be cast|safely cast|result type|"
-                          r"ScalarType|not implemented for '|[Bb]oolean|bool tensor")
+                          r"ScalarType|scalar types?\b|not implemented for '|[Bb]oolean|"
+                          r"bool tensor")
+
+
+@dataclass(frozen=True)
+class Auto:
+    """``dynamic=dl.auto(...)``: every input axis proposed free, as with ``dynamic="auto"``
+    (export keeps those the program admits, the lowering pins the rest); ``names``
+    ({input: {axis: dim name}}, inputs by position or name) names some axes and declares them:
+    an axis named here that the program fixes is a ``ShapeError``, as in an explicit spec."""
+
+    names: Mapping[int | str, Mapping[int, str]] = field(default_factory=dict)
+    fixed: frozenset[tuple[int, int]] = frozenset()
+    """(input, axis) pairs kept at their example size: axes a size of the program has no dim
+    form for (the compile fills this in and traces again)."""
+
+
+def auto(names: Mapping[int | str, Mapping[int, str]] | None = None, /,
+         **by_input: Mapping[int, str]) -> Auto:
+    """``dynamic=dl.auto({"x": {0: "B"}})`` or ``dl.auto(x={0: "B"})``: the named axes are the
+    dims given, every other axis is chosen automatically (``dynamic="auto"``)."""
+    return Auto({**dict(names or {}), **by_input})
 
 
 @dataclass
@@ -52,8 +85,11 @@ class Captured:
     """What capture hands the lowering: the exported program, the user inputs' names and example
     tensors, the dynamic spec ({input: {axis: dim name}}: the axes that are dim variables in the
     IR), the spec's axes export specialized (``(input, axis, size)``: the lowering pins them,
-    after the graph's own constraints, so the solver names what fixed them first), and whether
-    the spec was ``dynamic="auto"`` (every axis proposed)."""
+    after the graph's own constraints, so the solver names what fixed them first), whether
+    the spec was automatic (every axis proposed) and which dim names were declared (checked by
+    ``check_generalization``; every name of an explicit spec), the call signature, and the pairs
+    of input axes export tied (``((i, k), (j, l))``: one symbol, from a guard of the code: a call
+    where they differ runs a variant traced at its sizes)."""
 
     program: Any                      # torch.export.ExportedProgram
     names: tuple[str, ...]
@@ -63,124 +99,238 @@ class Captured:
     auto: bool = False
     widened: bool = False             # a size-1 example axis was traced at 2
     oblivious: bool = False           # traced size-obliviously (else with 0/1 specialization)
+    declared: frozenset[str] = frozenset()
+    signature: CallSignature | None = None
+    ties: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()
+    symbols: dict[str, tuple[int, int]] = field(default_factory=dict)   # export symbol -> axis
+    auto_spec: Auto | None = None
+
+    def fixing(self, symbols: frozenset[str]) -> Auto | None:
+        """The automatic spec again with the input axes of export's ``symbols`` (and those tied
+        to them) kept at their example sizes; None when that fixes nothing new (or the spec
+        was not automatic)."""
+        if self.auto_spec is None:
+            return None
+        heads = {self.symbols[s] for s in symbols if s in self.symbols}
+        tied = {b for a, b in self.ties if a in heads} | heads
+        new = tied - self.auto_spec.fixed
+        return replace(self.auto_spec, fixed=self.auto_spec.fixed | new) if new else None
 
     @property
     def graph(self):
         return self.program.graph_module.graph
 
 
-def _signature_names(module: Any) -> list[str]:
-    try:
-        return list(inspect.signature(getattr(module, "forward", module)).parameters)
-    except (TypeError, ValueError):
-        return []
-
-
-def _group_var_positional(shapes: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """Export's form of per-input specs for a ``forward(a, *xs)``: the inputs past the named ones
-    (``xs_0``, ``xs_1``... here) as one tuple under the ``*args`` name."""
-    if all(k in names for k in shapes):
-        return shapes
-    var = next(n for k, n in zip(shapes, names) if k != n)
-    head = {k: v for k, v in shapes.items() if k in names}
-    return {**head, var: tuple(v for k, v in shapes.items() if k not in names)}
-
-
-def _parameters(module: Any, n: int) -> list[tuple[str, bool]]:
-    """(name, keyword-only) of ``forward``'s first ``n`` parameters; ``SpecError`` when ``n``
-    examples cannot bind them."""
-    try:
-        ps = list(inspect.signature(getattr(module, "forward", module)).parameters.values())
-    except (TypeError, ValueError):
-        return [(f"input{i}", False) for i in range(n)]
-    var = next((p for p in ps if p.kind is p.VAR_POSITIONAL), None)
-    if var is not None:   # the named positionals, then *args as export names them: xs_0, xs_1...
-        head = [p.name for p in ps[:ps.index(var)]][:n]
-        return [(name, False) for name in head] + \
-            [(f"{var.name}_{j}", False) for j in range(n - len(head))]
-    ps = [p for p in ps if p.kind is not p.VAR_KEYWORD]
-    required = [p for p in ps if p.default is p.empty]
-    if not len(required) <= n <= len(ps):
-        raise SpecError(f"module takes {len(ps)} inputs ({', '.join(p.name for p in ps)}), "
-                        f"{len(required)} without a default; {n} examples given")
-    return [(p.name, p.kind is p.KEYWORD_ONLY) for p in ps[:n]]
-
-
-def capture(module: nn.Module, examples: Sequence[Any], dynamic: Any) -> Captured:
-    """Export ``module`` on ``examples`` with the axes of ``dynamic`` symbolic (``"auto"``: every
-    axis; export keeps those the code admits); export's refusals (data-dependent control flow,
-    unsupported Python) become ``UnsupportedOp``. Sizes are traced size-obliviously (a size-1
+def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+            dynamic: Any) -> Captured:
+    """Export ``module`` on the example call ``module(*args, **kwargs)`` with the axes of
+    ``dynamic`` symbolic (``"auto"``, ``True`` or ``dl.auto(...)``: every axis; export keeps
+    those the code admits); export's refusals (data-dependent control flow, unsupported Python)
+    become ``UnsupportedOp``. Tensor arguments are the traced inputs; ``None``, bools, ints,
+    floats and strings are constants of the trace. Sizes are traced size-obliviously (a size-1
     example stays symbolic, a broadcast is assumed not to hit a 1), unless that fails; then with
     export's 0/1 specialization."""
     if not isinstance(module, nn.Module):
         raise SpecError(f"expected a torch.nn.Module, got {type(module).__name__}")
-    params = _parameters(module, len(examples))
-    names = [name for name, _ in params]
-    for i, ex in enumerate(examples):
-        if not isinstance(ex, torch.Tensor):
-            raise SpecError(f"example input {i} '{names[i]}' is {type(ex).__name__}, expected a "
-                            f"torch.Tensor")
-        if ex.layout is not torch.strided:
-            raise UnsupportedOp(f"input {i} '{names[i]}': layout {ex.layout} unsupported (strided "
-                                f"tensors only)")
-    auto = isinstance(dynamic, str) and dynamic == "auto"
-    spec = {i: {k: f"{names[i]}_{k}" for k in range(ex.dim())} for i, ex in enumerate(examples)} \
-        if auto else normalize_dynamic(dynamic, names, [ex.dim() for ex in examples])
+    params = params_of(getattr(module, "forward", module))
+    try:
+        slots = bind_slots(params, tuple(args), dict(kwargs or {}))
+    except ArgumentError as err:
+        raise SpecError(f"the example call does not bind to {type(module).__name__}.forward: "
+                        f"{err}") from None
+    names, examples, consts = [], [], []
+    for name, ex in slots.items():
+        if isinstance(ex, torch.Tensor):
+            if ex.layout is not torch.strided:
+                raise UnsupportedOp(f"input {len(names)} '{name}': layout {ex.layout} "
+                                    f"unsupported (strided tensors only)")
+            names.append(name)
+            examples.append(ex)
+        elif isinstance(ex, SIMPLE):
+            consts.append((name, ex))
+        else:
+            raise SpecError(f"example argument '{name}' is {type(ex).__name__}: tensors, and "
+                            f"None, bool, int, float or str as constants of the trace")
+    ranks = [ex.dim() for ex in examples]
+    auto_ = dynamic is True or isinstance(dynamic, Auto) or \
+        (isinstance(dynamic, str) and dynamic == "auto")
+    if auto_:
+        declared = normalize_dynamic(dynamic.names if isinstance(dynamic, Auto) else {},
+                                     names, ranks)
+        fixed = dynamic.fixed if isinstance(dynamic, Auto) else frozenset()
+        spec = {i: dict.fromkeys((k for k in range(r) if (i, k) not in fixed), "")
+                for i, r in enumerate(ranks)}   # named below
+        declared_names = frozenset(n for axes in declared.values() for n in axes.values())
+    else:
+        spec = normalize_dynamic(dynamic, names, ranks)
+        declared_names = frozenset(n for axes in spec.values() for n in axes.values())
     widen = {(i, k) for i, axes in spec.items() for k in axes if examples[i].shape[k] == 1}
+    call = (params, slots, len(args), names)
     oblivious = True
     try:   # size-oblivious: the general program; its ranges are the code's own guards
-        ep, symbolic = _export(module, examples, params, spec, widen, oblivious=True)
+        ep, symbolic = _export(module, examples, call, spec, widen, oblivious=True)
         if any(k not in symbolic[i] for i, k in widen):   # the code fixes a widened axis
             raise SpecError("a widened axis was specialized")
     except DLError:   # traced as given, with export's 0/1 specialization (ranges from 2)
         widen, oblivious = set(), False
-        ep, symbolic = _export(module, examples, params, spec, widen, oblivious=False)
-    users = _user_inputs(ep)
-    if auto:   # one name per export symbol: axes export found equal share their dim
-        named: dict[Any, str] = {}
-        for i, n in enumerate(users):
-            for k, sz in enumerate(n.meta["val"].shape):
-                if k in symbolic[i]:
-                    spec[i][k] = named.setdefault(str(sz), spec[i][k])
+        ep, symbolic = _export(module, examples, call, spec, widen, oblivious=False)
+    sizes = [n.meta["val"].shape for n in _user_inputs(ep)]
+    first: dict[str, tuple[int, int]] = {}   # export symbol -> the first input axis it sizes
+    ties = []
+    for i, shape in enumerate(sizes):
+        for k in sorted(symbolic[i]):
+            j = first.setdefault(str(shape[k]), (i, k))
+            if j != (i, k):
+                ties.append((j, (i, k)))
+    if auto_:
+        groups = {(i, k): first.get(str(sizes[i][k]), (i, k)) if k in symbolic[i] else (i, k)
+                  for i, r in enumerate(ranks) for k in range(r)}
+        spec = {i: {k: n for k, n in axes.items() if k in spec[i]}
+                for i, axes in _auto_names(names, examples, declared, groups).items()}
     pins = tuple((i, k, int(examples[i].shape[k])) for i, axes in spec.items() for k in axes
                  if k not in symbolic[i])
-    return Captured(ep, tuple(names), tuple(examples), spec, pins, auto, bool(widen), oblivious)
+    signature = CallSignature(params, tuple(slots), tuple(consts), len(args),
+                              _out_spec(ep))
+    symbols = {str(sz): (i, k) for i, shape in enumerate(sizes) for k, sz in enumerate(shape)
+               if k in symbolic[i]}
+    return Captured(ep, tuple(names), tuple(examples), spec, pins, auto_, bool(widen),
+                    oblivious, declared_names, signature, tuple(ties), symbols,
+                    dynamic if isinstance(dynamic, Auto) else Auto() if auto_ else None)
 
 
-def _export(module: nn.Module, examples: Sequence[torch.Tensor], params, spec: dict,
+_TEXT_INPUT = re.compile(r"(^|_)(input_ids|ids|attention_mask|mask|token_type_ids|position_ids|"
+                         r"labels)$")
+_AXES = {1: ("L",), 2: ("N", "F"), 3: ("N", "C", "L"), 4: ("N", "C", "H", "W"),
+         5: ("N", "C", "D", "H", "W")}
+
+
+def _axis_words(name: str, ex: torch.Tensor) -> list[str]:
+    """Readable dim names for an input's axes, in the words its kind of model uses: token ids
+    and masks ``batch, seq`` (``decoder_seq`` for a decoder's), embeddings ``batch, seq,
+    hidden``, images and other arrays torch's layout letters (``N, C, H, W``; ``N, C, L``;
+    ``N, C, D, H, W``); past rank 5, ``{input}_{axis}``."""
+    r = ex.dim()
+    seq = "decoder_seq" if name.startswith("decoder_") else "seq"
+    if r == 2 and (not ex.is_floating_point() or _TEXT_INPUT.search(name)):
+        return ["batch", seq]
+    if r == 3 and name.endswith(("embeds", "hidden_states")):
+        return ["batch", seq, "hidden"]
+    return list(_AXES.get(r, [f"{name}_{k}" for k in range(r)]))
+
+
+def _auto_names(names: Sequence[str], examples: Sequence[torch.Tensor],
+                declared: Mapping[int, Mapping[int, str]],
+                groups: Mapping[tuple[int, int], tuple[int, int]]) -> dict[int, dict[int, str]]:
+    """Every input axis named. ``groups`` maps an axis to the first axis of its export symbol
+    (axes export tied by a guard of the code: one dim, one name); a group takes a declared name
+    of one of its axes, else its first axis's ``_axis_words``, made unique (a word already
+    taken becomes ``{word}_{input}``), so only the program's constraints tie two groups."""
+    named: dict[tuple[int, int], str] = {}
+    for i, axes in declared.items():
+        for k, n in axes.items():
+            named.setdefault(groups[i, k], n)
+    taken = set(named.values())
+    spec: dict[int, dict[int, str]] = {i: {} for i in range(len(names))}
+    for i, (name, ex) in enumerate(zip(names, examples)):
+        for k, word in enumerate(_axis_words(name, ex)):
+            head = groups[i, k]
+            if head not in named:
+                candidate = next((c for c in (word, f"{word}_{name}", f"{name}_{k}")
+                                  if c not in taken and c.isidentifier() and
+                                  not c.startswith("_")), f"d{i}_{k}")
+                named[head] = candidate
+                taken.add(candidate)
+            spec[i][k] = declared.get(i, {}).get(k, named[head])
+    return spec
+
+
+def _out_spec(ep) -> Any:
+    """The output's pytree spec; None for one tensor."""
+    from torch.utils._pytree import LeafSpec
+
+    spec = ep.call_spec.out_spec
+    return None if spec is None or isinstance(spec, LeafSpec) or \
+        getattr(spec, "type", object) is None else spec
+
+
+def _export(module: nn.Module, examples: Sequence[torch.Tensor], call: tuple, spec: dict,
             widen: set, oblivious: bool):
-    """``torch.export`` with the ``spec`` axes ``Dim.AUTO`` and the ``widen`` axes traced at 2
-    (keyword-only inputs passed by name), ``oblivious``: with ``backed_size_oblivious`` (a size
-    is not assumed >= 2, so a symbol's range is what the code's guards imply); the program and,
-    per user input, the axes export kept symbolic."""
+    """``torch.export`` of the example call ``call`` (``(params, slots, number passed by
+    position, tensor slot names)``) with the ``spec`` axes ``Dim.AUTO`` and the ``widen`` axes
+    traced at 2, without duck sizing (axes of equal example size are not assumed equal: only the
+    code's guards tie them); ``oblivious``: with ``backed_size_oblivious`` (a size is not
+    assumed >= 2, so a symbol's range is what the code's guards imply). Export's own logging is
+    held back and kept on the error it raises. The program and, per user input, the axes export
+    kept symbolic."""
     import torch.fx.experimental._config as fx_config
     from torch.export import Dim, export
 
-    args, kwargs, shapes = [], {}, {}
+    params, slots, n_pos, tensor_names = call
     home = next((t.device for t in (*module.parameters(), *module.buffers())), None) \
         if isinstance(module, nn.Module) else None
-    for i, ((name, kw_only), ex) in enumerate(zip(params, examples)):
+    values, shapes = dict(slots), {}
+    for i, (name, ex) in enumerate(zip(tensor_names, examples)):
         shape = [2 if (i, k) in widen else int(n) for k, n in enumerate(ex.shape)]
         t = ex.detach() if list(ex.shape) == shape else ex.new_zeros(shape)
         if home is not None and t.device != home:   # traced where the parameters are: the
             t = t.new_zeros(t.shape, device=home)   # compiled module keeps its own copies
-        (kwargs.__setitem__(name, t) if kw_only else args.append(t))
+        values[name] = t
         shapes[name] = {k: Dim.AUTO for k in spec.get(i, {})} or None
-    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
-    level = fake_log.level
-    fake_log.setLevel(logging.CRITICAL)   # an op's error is raised below, not also logged
+    order = list(slots)
+    args = tuple(values[n] for n in order[:n_pos])
+    kwargs = {n: values[n] for n in order[n_pos:]}
     try:
-        shapes = _group_var_positional(shapes, _signature_names(module))
-        with fx_config.patch(backed_size_oblivious=oblivious):
-            ep = export(module, tuple(args), kwargs or None, dynamic_shapes=shapes,
+        with _quiet() as said, fx_config.patch(backed_size_oblivious=oblivious,
+                                               use_duck_shape=False):
+            ep = export(module, args, kwargs or None,
+                        dynamic_shapes=_export_shapes(params, order, n_pos, shapes),
                         strict=False)
     except Exception as err:   # export raises many types: sort them into dl errors
-        raise _refusal(module, err) from None
-    finally:
-        fake_log.setLevel(level)
+        raise _refusal(module, err, said.getvalue()) from None
     symbolic = tuple(frozenset(k for k, sz in enumerate(n.meta["val"].shape) if is_symbolic(sz))
                      for n in _user_inputs(ep))
     return ep, symbolic
+
+
+def _export_shapes(params, order: Sequence[str], n_pos: int, shapes: Mapping[str, Any]) -> Any:
+    """Export's ``dynamic_shapes`` for the example call: by parameter name, a ``*args``
+    parameter's as one tuple and a ``**kwargs`` parameter's as one dict (a tuple by position for a
+    module whose parameters cannot be read)."""
+    if params is None:
+        return tuple(shapes.get(n) for n in order)
+    named = {p.name for p in params if p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)}
+    var = next((p.name for p in params if p.kind == _P.VAR_POSITIONAL), None)
+    var_kw = next((p.name for p in params if p.kind == _P.VAR_KEYWORD), None)
+    out: dict[str, Any] = {}
+    for j, n in enumerate(order):
+        if n in named:
+            out[n] = shapes.get(n)
+        elif j < n_pos:
+            out[var] = (*out.get(var, ()), shapes.get(n))
+        else:
+            out.setdefault(var_kw, {})[n] = shapes.get(n)
+    return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Export's log records and prints while tracing, held in a buffer (kept on a refusal)
+    instead of the console."""
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(logging.Formatter("%(levelname).1s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(n) for n in ("torch", "torch._subclasses.fake_tensor")]
+    saved = [(lg, lg.handlers[:], lg.propagate, lg.level) for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.handlers, lg.propagate = [handler], False
+        loggers[1].setLevel(logging.CRITICAL)   # an op's error is raised, not also logged
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            yield buf
+    finally:
+        for lg, handlers, propagate, level in saved:
+            lg.handlers, lg.propagate = handlers, propagate
+            lg.setLevel(level)
 
 
 def is_symbolic(size: Any) -> bool:
@@ -189,22 +339,25 @@ def is_symbolic(size: Any) -> bool:
 
 
 def _user_inputs(ep) -> list:
-    """The exported graph's placeholders of the user inputs, in order."""
-    from torch.export.graph_signature import InputKind
+    """The exported graph's placeholders of the user's tensor inputs, in order."""
+    from torch.export.graph_signature import InputKind, TensorArgument
 
-    names = {s.arg.name for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT}
+    names = {s.arg.name for s in ep.graph_signature.input_specs
+             if s.kind is InputKind.USER_INPUT and isinstance(s.arg, TensorArgument)}
     return [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in names]
 
 
-def _refusal(module: nn.Module, err: Exception) -> DLError:
+def _refusal(module: nn.Module, err: Exception, said: str = "") -> DLError:
     """A dl error for an exception export raised. Capture's own limits (data-dependent control
     flow, untraceable Python) are ``UnsupportedOp``; an error a torch op raised while tracing is
     the program's own (eager raises it too): ``DTypeError`` or ``ShapeError`` with torch's
-    message, located at the innermost user frame."""
+    message, located at the innermost user frame. ``said``: what export logged and printed
+    while tracing, kept as the error's ``export_log``."""
     from torch._dynamo.exc import Unsupported, UserError
     from torch.fx.experimental import symbolic_shapes as ss
 
     if isinstance(err, DLError):
+        err.export_log = said
         return err
     first = next((ln for ln in str(err).splitlines() if ln.strip()), "")
     frames = [f for f in traceback.extract_tb(err.__traceback__)
@@ -223,13 +376,15 @@ def _refusal(module: nn.Module, err: Exception) -> DLError:
         out = DTypeError(f"torch rejects the program: {what}")
     else:
         out = ShapeError(f"torch rejects the program: {what}")
+    out.export_log = said
     return out.locate("capture", "", where) if where else out
 
 
 # --- the dynamic spec ------------------------------------------------------------------------------
 
-_FORM = ("expected dynamic=False or {input: {axis: dim name}} with input a position or a name, "
-         "e.g. {0: {0: 'N'}} or {'x': {0: 'N', 2: 'H'}}")
+_FORM = ("expected dynamic='auto' (the default; True is the same), False (static), "
+         "{input: {axis: dim name}} with input a position or a name, e.g. {0: {0: 'N'}} or "
+         "{'x': {0: 'N', 2: 'H'}}, or dl.auto({'x': {0: 'N'}}) (those named, the rest 'auto')")
 
 
 def normalize_dynamic(dynamic: Any, names: Sequence[str], ranks: Sequence[int]
@@ -237,8 +392,6 @@ def normalize_dynamic(dynamic: Any, names: Sequence[str], ranks: Sequence[int]
     """``dynamic`` as {input position: {non-negative axis: dim name}}, or ``SpecError``."""
     if dynamic is False or dynamic is None:
         return {}
-    if dynamic is True:
-        raise SpecError(f"dynamic=True needs dim names: {_FORM}")
     if not isinstance(dynamic, Mapping):
         raise SpecError(f"dynamic={dynamic!r}: {_FORM}")
     out: dict[int, dict[int, str]] = {}

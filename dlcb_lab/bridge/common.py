@@ -156,6 +156,16 @@ class NoFallback(UnsupportedOp):
     ``Unavailable`` result, a ratio of sizes), which no eager op can be given."""
 
 
+class NoDimForm(UnsupportedOp):
+    """A size export derived that has no dim expression (``floor(0.7 * H)``, ``ceil(W / 0.5)``):
+    ``symbols`` names export's size symbols in it. Under ``dynamic="auto"`` the compile makes
+    the input axes they size static and tries again."""
+
+    def __init__(self, msg: str, symbols: frozenset[str] = frozenset(), **kw):
+        super().__init__(msg, **kw)
+        self.symbols = symbols
+
+
 class DimPredicate:
     """A comparison of sizes (``h == 224``) traced by fx, for ``torch._assert``."""
 

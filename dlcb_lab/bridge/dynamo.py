@@ -49,7 +49,8 @@ import torch.fx as fx
 
 from ..errors import BuildError, DLError, SpecError
 
-__all__ = ["dlcb", "GraphRecord", "LOG", "records", "compiles", "clear_log"]
+__all__ = ["dlcb", "optimize", "Optimized", "GraphRecord", "LOG", "records", "compiles",
+           "clear_log"]
 
 _OPTIONS = ("backend", "fallback", "strict", "freeze")
 
@@ -141,6 +142,74 @@ def dlcb(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None 
     return _runner(gm, cm, rec, plan)
 
 
+# --- dl.optimize: one Dynamo graph, one DLCB compile, across batch and resolution ---------------
+
+class Optimized:
+    """``dl.optimize(model)``: ``torch.compile(model, backend="dlcb", dynamic=True)``, whose
+    Dynamo traces run size-obliviously and without duck sizing (torch's
+    ``backed_size_oblivious`` and ``use_duck_shape=False``, set only while Dynamo compiles a
+    frame of this call): a size-1 axis is not specialized to 1 and axes of equal size are not
+    one symbol, so the first graph Dynamo hands the backend already has every size symbolic and
+    one DLCB compile serves every batch and resolution Dynamo's guards admit. Called as the
+    model; ``compiled`` is torch.compile's module."""
+
+    def __init__(self, model: torch.nn.Module, options: Mapping[str, Any] | None = None):
+        self.model = model
+        self.compiled = torch.compile(model, backend="dlcb", dynamic=True,
+                                      options=dict(options) if options else None)
+        _install_callbacks()
+
+    def __call__(self, *args, **kwargs):
+        global _DEPTH
+        _DEPTH += 1
+        try:
+            return self.compiled(*args, **kwargs)
+        finally:
+            _DEPTH -= 1
+
+    def __repr__(self) -> str:
+        return f"Optimized({type(self.model).__name__}, {compiles()} DLCB compiles in LOG)"
+
+
+def optimize(model: torch.nn.Module, **options: Any) -> Optimized:
+    """``model`` compiled through Dynamo with the DLCB backend so that one DLCB compile serves
+    every batch and resolution (``Optimized``); ``options`` are the backend's (``backend``,
+    ``fallback``, ``strict``, ``freeze``)."""
+    return Optimized(model, options)
+
+
+_DEPTH = 0          # calls of an ``Optimized`` in progress
+_SAVED: list = []   # the shape settings a Dynamo compile inside one replaced
+_INSTALLED = False
+
+
+def _install_callbacks() -> None:
+    """Dynamo's compile start and end callbacks (``torch._dynamo.callback_handler``), once:
+    inside an ``Optimized`` call, the compile traces size-obliviously without duck sizing."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    handler = torch._dynamo.callback_handler
+    handler.register_start_callback(_on_start)
+    handler.register_end_callback(_on_end)
+    _INSTALLED = True
+
+
+def _on_start(_args: Any) -> None:
+    import torch.fx.experimental._config as fx_config
+
+    if _DEPTH:
+        _SAVED.append((fx_config.backed_size_oblivious, fx_config.use_duck_shape))
+        fx_config.backed_size_oblivious, fx_config.use_duck_shape = True, False
+
+
+def _on_end(_args: Any) -> None:
+    import torch.fx.experimental._config as fx_config
+
+    if _SAVED:
+        fx_config.backed_size_oblivious, fx_config.use_duck_shape = _SAVED.pop()
+
+
 # --- planning: which arguments DLCB receives, which dims are named --------------------------------
 
 class _Eager(Exception):
@@ -156,8 +225,6 @@ class _Plan:
     scalars: tuple[tuple[int, Any], ...]   # (position, value) of each scalar baked in
     frozen: tuple[tuple[int, torch.Tensor], ...]   # (position, tensor) of each one baked in
     spec: dict[int, dict[int, str]]   # DLCB input position -> {axis: dim name}
-    shape: str                        # gm's output structure: "tuple", "list" or "single"
-    single: bool                      # one output (dl.compile returns it bare)
 
 
 def _plan(gm: fx.GraphModule, example_inputs: Sequence[Any], freeze: bool = False) -> _Plan:
@@ -207,8 +274,7 @@ def _plan(gm: fx.GraphModule, example_inputs: Sequence[Any], freeze: bool = Fals
             raise _Eager(f"int input {i} '{n.name}' = {e if e is not None else 'constant'}: "
                          f"not the size of any tensor input's axis, so DLCB cannot derive it")
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    shape = "tuple" if isinstance(out, tuple) else "list" if isinstance(out, list) else "single"
-    outs = list(out) if shape != "single" else [out]
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
     for j, o in enumerate(outs):
         v = o.meta.get("example_value") if isinstance(o, fx.Node) else o
         if not isinstance(v, torch.Tensor):
@@ -219,7 +285,7 @@ def _plan(gm: fx.GraphModule, example_inputs: Sequence[Any], freeze: bool = Fals
     dropped = [i for i, _, _ in ints] + [i for i, _ in scalars.values()] + \
         [i for i, _ in frozen.values()]
     return _Plan(module, tuple(examples), tuple(tensors), tuple(sorted(dropped)),
-                 tuple(scalars.values()), tuple(frozen.values()), spec, shape, len(outs) == 1)
+                 tuple(scalars.values()), tuple(frozen.values()), spec)
 
 
 def _is_static(ex: Any) -> bool:
@@ -327,8 +393,7 @@ def _eager(gm: fx.GraphModule, rec: GraphRecord) -> Callable:
 
 def _runner(gm: fx.GraphModule, cm, rec: GraphRecord, plan: _Plan) -> Callable:
     """Dynamo's argument list -> the DLCB module's tensors -> gm's output structure."""
-    pick, shape, single, scalars = plan.tensors, plan.shape, plan.single, plan.scalars
-    frozen = plan.frozen
+    pick, scalars, frozen = plan.tensors, plan.scalars, plan.frozen
 
     def run(*args):
         rec.calls += 1
@@ -343,15 +408,12 @@ def _runner(gm: fx.GraphModule, cm, rec: GraphRecord, plan: _Plan) -> Callable:
                 rec.last_mismatch = f"scalar input {i} is {args[i].item()}, compiled for {v}"
                 return gm.forward(*args)
         try:
-            out = cm(*[args[i] for i in pick])
+            return cm(*[args[i] for i in pick])   # gm's own output structure (export's)
         except DLError as err:   # refused before any launch: stricter than Dynamo's guards
             if isinstance(err, BuildError):
                 raise
             rec.eager_calls += 1
             rec.last_mismatch = f"{type(err).__name__}: {err}"
             return gm.forward(*args)
-        if single:
-            return (out,) if shape == "tuple" else [out] if shape == "list" else out
-        return tuple(out) if shape == "tuple" else list(out)
 
     return run

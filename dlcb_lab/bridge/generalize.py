@@ -20,15 +20,17 @@ from ..ir.graph import Graph
 __all__ = ["check_generalization", "dim_origins"]
 
 
-def check_generalization(g: Graph, strict: bool = True, auto: bool = False) -> None:
+def check_generalization(g: Graph, strict: bool = True,
+                         declared: frozenset[str] | None = None) -> None:
     """A dim declared dynamic that the graph fixes to a literal is a ``ShapeError`` (``strict``)
     or a warning; either names the dim, its input axis and the constraints that fixed it. With the
     warning, the dim compiles as that literal (the host program checks it at each call).
-    ``auto`` (``dynamic="auto"``: every axis proposed): fixed dims are the answer, not an error;
-    ``cm.pipeline.dims`` shows the constraints behind each."""
-    if auto:
-        return
+    ``declared``: the dim names the user gave (every name of an explicit spec; those of
+    ``dl.auto(...)``); None: every input dim. An automatic dim the program fixes is the answer,
+    not an error: ``cm.pipeline.dims`` shows the constraints behind it."""
     for v, origin in dim_origins(g).items():
+        if declared is not None and v.name not in declared:
+            continue
         e = g.solver.resolve(v)
         if not isinstance(e, Lit):
             continue

@@ -173,12 +173,6 @@ class SolverTrace(tuple, Rich):
         (a trace without its constraints, or records out of order)."""
         return _replay(self, initial)
 
-    def stepper(self):
-        """An ipywidgets stepper over this trace (``dlcb_lab.viz.stepper``)."""
-        from ..viz.stepper import stepper
-
-        return stepper(self)
-
     def rule_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in self:
@@ -478,6 +472,14 @@ class Solver(_Resolves):
         self.constraints.append(c)
         self._run(deque([c]))
         return c
+
+    def number(self, exprs: Iterable[Expr]) -> None:
+        """Number the variables of ``exprs`` now, before the constraints that mention them: the
+        graph numbers its inputs' dims in input order, so of two tied input dims the solver
+        keeps the first input's (the elimination order)."""
+        for e in exprs:
+            for v in _vars_of(e):
+                self._seen.setdefault(v.name, len(self._seen))
 
     def solution(self) -> "Solution":
         return Solution(dict(self.subst), Constraints(self.residuals),

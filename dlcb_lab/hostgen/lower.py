@@ -252,7 +252,9 @@ def input_binding(g: Graph) -> tuple[BindPlan, list[tuple[int, Value, int, Expr]
 def _axis_message(g: Graph, i: int, v: Value, k: int, declared: Expr, e: Expr) -> str:
     why = ""
     if isinstance(declared, Lit):
-        why = " (static axis: not declared dynamic)"
+        why = escape(f" (a static axis: the compile fixed it, by dynamic=False or a spec that "
+                     f"does not name it; dynamic='auto' (the default) or naming it, e.g. "
+                     f"dynamic={{{v.name!r}: {{{k}: 'D'}}}}, makes it free)")
     else:
         src = g.solver.binding_source.get(declared) if isinstance(declared, Var) else None
         if src is not None:

@@ -84,6 +84,7 @@ class Graph(Rich):
             raise err.locate("input", name, "") from None
         v = Value(self._new_id(), name, shape(dims), dtype)
         self.inputs.append(v)
+        self.solver.number(v.shape.items)
         return v
 
     def constant(self, name: str, t: torch.Tensor) -> Value:

@@ -1,5 +1,7 @@
 """The eager op: an ATen node DLCB does not lower, run by PyTorch at its place in the launch
-plan (the bridge's fallback, paper §2.1). Its operands are materialized tensors, its other
+plan (the bridge's fallback, paper §2.1); an op that returns several tensors (``sort``, ``topk``,
+``lstm``) is one eager op per result used, each taking its ``item`` of the op's results. Its
+operands are materialized tensors, its other
 arguments literals or dims (host registers at run time), its result shape the one torch.export
 derived, in graph dims, so the shapes after it stay symbolic and the host program knows every
 buffer before the first launch. It is a library op: the launch plan calls ``reference``. What
@@ -55,15 +57,18 @@ def _infer(g: "Graph", node: "Node") -> Shape:
 
 
 def _reference(*tensors: torch.Tensor, target: str, args: tuple, kwargs: tuple,
-               out_shape: tuple = (), dtype: torch.dtype | None = None, reason: str = ""
-               ) -> torch.Tensor:
-    """``target(*args, **kwargs)`` with the operands filled in (``out_shape``, ``dtype`` and
-    ``reason`` describe the result and why it runs eagerly)."""
+               out_shape: tuple = (), dtype: torch.dtype | None = None, reason: str = "",
+               item: int | None = None) -> torch.Tensor:
+    """``target(*args, **kwargs)`` with the operands filled in, or its ``item``-th result for an
+    op that returns several (``out_shape``, ``dtype`` and ``reason`` describe the result and why
+    it runs eagerly)."""
     try:
         out = aten_op(target)(*_fill(args, tensors), **dict(_fill(kwargs, tensors)))
     except (RuntimeError, IndexError, ValueError) as err:   # sizes the host could not check
         raise ShapeMismatch(f"eager {target} ({reason}) raised: {str(err).splitlines()[0]}") \
             from None
+    if item is not None:
+        out = out[item]
     return out.to(dtype) if dtype is not None and out.dtype != dtype else out
 
 
