@@ -553,7 +553,7 @@ def _pipeline_html(p: Pipeline) -> str:
         ("constraints", f"{plural(len(p.constraints), 'constraint')}, "
                         f"{len(p.residuals)} residual (host-checked)"),
         ("solver trace", plural(len(p.solver_trace), "rule application")),
-        ("dims", _counts(p.dims.counts()) + f" <span class=\"muted\">(distinct dims; axes: "
+        ("dims", _counts(p.dims.counts()) + " <span class=\"muted\">(distinct dims; axes: "
                  + ", ".join(f"{k} {n}" for k, n in p.dims.axis_counts().items()) + ")</span>"),
         ("passes", ", ".join(f"{esc(r.name)} ({len(r.changes)})" for r in p.passes)),
         ("partition", _counts(c) + "".join(
