@@ -14,9 +14,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .bridge.aten import GUARD_NOTE, lower_to_ir
+from .bridge.aten import GUARD_NOTE, NoDimForm, lower_to_ir
 from .bridge.capture import Auto, auto, capture
-from .bridge.common import NoDimForm
+
 from .bridge.signature import CallSignature
 from .bridge.generalize import check_generalization
 from .dims import DimKind

@@ -117,14 +117,14 @@ def test_errors_before_launch(compiled, monkeypatch):
         cm(torch.randn(5, 5, 6, device=DEV), y)
     with pytest.raises(ValueError, match=r"input 0 'x': on cpu, expected cuda"):
         cm(x.cpu(), y)
-    with pytest.raises(TypeError, match=r"dtype torch.float64"):
-        cm(x.double(), y)
     spy.assert_untouched()
     cm(x, y)
     assert spy.launches == len(spy.thunk.launchers) and spy.thunk.calls == spy.calls0 + 1
-    # a new rank is no refusal: it is compiled once, on the device, as a JIT thunk
+    # a new rank or dtype is no refusal: each is compiled once, on the device, on first use
     torch.testing.assert_close(cm(x, y[0]), case.module()(x, y[0]))
     assert cm.stats()["jit_builds"] == 1 and cm.stats()["thunks"]["jit"] == 1
+    torch.testing.assert_close(cm(x.double(), y), case.module()(x.double(), y))
+    assert cm.stats()["dtype_builds"] == 1 and cm.stats()["thunks"]["jit"] == 2
 
 
 def test_residual_constraint_on_cuda():

@@ -8,6 +8,8 @@ write files). A block that imports ``transformers`` is skipped where transformer
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,12 +55,15 @@ def test_quickstart_has_a_torchvision_and_a_transformers_block():
 
 
 @pytest.mark.parametrize("i", range(len(quickstart_blocks())))
-def test_quickstart_block_runs_as_pasted(i, tmp_path, monkeypatch):
+def test_quickstart_block_runs_as_pasted(i, tmp_path):
+    """Each block in a fresh interpreter, as a reader pastes it (the suite's own process has
+    torch state other tests set, such as cuDNN's global flags)."""
     block = quickstart_blocks()[i]
     if re.search(r"^\s*(from|import)\s+transformers\b", block, re.M):
         pytest.importorskip("transformers")
-    monkeypatch.chdir(tmp_path)
-    exec(compile(block, f"README.md quickstart block {i + 1}", "exec"), {"__name__": "__main__"})
+    out = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, f"README quickstart block {i + 1}:\n{out.stderr[-3000:]}"
 
 
 def test_readme_is_short():

@@ -860,12 +860,7 @@ def config_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--systems", help=f"comma-separated (default: {', '.join(SYSTEMS)})")
     ap.add_argument("--device", choices=["cuda", "cpu"],
                     help="(default: cuda if torch sees a GPU, else cpu)")
-    ap.add_argument("--batches", help=f"comma-separated (default: {_csv(f['batches'])}; "
-                                      f"--tiny: {_csv(t['batches'])})")
-    ap.add_argument("--seqs", help=f"text: sequence lengths, each at every batch (default: "
-                                   f"{_csv(f['seqs'])}; --tiny: {_csv(t['seqs'])})")
-    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128 (default: "
-                                          "--batches x --seqs)")
+    shape_args(ap)
     ap.add_argument("--tiny", action="store_true",
                     help="a CPU smoke test: 2-layer, width-32 transformers and the --tiny "
                          "defaults of the shape and timing options")
@@ -882,6 +877,17 @@ def config_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--timeout", type=float, default=3600.0,
                     help="s per (model, system) process")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+
+
+def shape_args(ap: argparse.ArgumentParser) -> None:
+    """``--batches``, ``--seqs`` and ``--text-shapes``, as every bench command spells them."""
+    f, t = FULL, TINY
+    ap.add_argument("--batches", help=f"comma-separated (default: {_csv(f['batches'])}; "
+                                      f"--tiny: {_csv(t['batches'])})")
+    ap.add_argument("--seqs", help=f"text: sequence lengths, each at every batch (default: "
+                                   f"{_csv(f['seqs'])}; --tiny: {_csv(t['seqs'])})")
+    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128 (default: "
+                                          "--batches x --seqs)")
 
 
 def shape_defaults(tiny: bool, **given: Any) -> dict[str, Any]:

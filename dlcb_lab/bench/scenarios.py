@@ -271,14 +271,8 @@ def first_call(model: str, system: str = "dlcb-dynamic", batches: Sequence[int] 
 
 def _shape_args(ap: argparse.ArgumentParser) -> None:
     f, t = bm.FULL, bm.TINY
-    csv = bm._csv
     ap.add_argument("model", help="a zoo.MODELS name, bert or gpt2")
-    ap.add_argument("--batches", help=f"comma-separated (default: {csv(f['batches'])}; --tiny: "
-                                      f"{csv(t['batches'])})")
-    ap.add_argument("--seqs", help=f"text: sequence lengths, each at every batch (default: "
-                                   f"{csv(f['seqs'])}; --tiny: {csv(t['seqs'])})")
-    ap.add_argument("--text-shapes", help="text: BxS pairs instead, e.g. 1x32,8x128 (default: "
-                                          "--batches x --seqs)")
+    bm.shape_args(ap)
     ap.add_argument("--res", type=int, help=f"image side (default: {f['res']}; --tiny: "
                                             f"{t['res']})")
     ap.add_argument("--tiny", action="store_true", help="tiny transformers, --tiny shapes")
