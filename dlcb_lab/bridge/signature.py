@@ -135,11 +135,6 @@ class CallSignature:
             object.__setattr__(self, "positional", len(self.slots))
         object.__setattr__(self, "_simple", not consts and self.positional == len(self.slots))
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The traced inputs' names, in graph order."""
-        return self.inputs
-
     def bind(self, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
         """A call's tensors, one per traced input in graph order; ``ArgumentError`` naming the
         argument at fault."""
