@@ -103,8 +103,10 @@ class CompiledModule(Rich):
         if small:   # those axes fixed at their sizes
             side, dyn = small, {i: {k: n for k, n in axes.items() if (i, k, ins[i].shape[k])
                                     not in small} for i, axes in spec.items()}
-        elif broken:   # axes export tied by a guard: traced where they differ
-            side, dyn = broken, spec
+        elif broken:   # axes export tied by a guard: traced where they differ, each its own dim
+            side, dyn = broken, {i: dict(axes) for i, axes in spec.items()}
+            for _, (i, k) in broken:
+                dyn[i][k] = f"{dyn[i][k]}_{i}_{k}"
         elif GUARD_NOTE in str(err):   # the other side of a branch on sizes: traced there
             side, dyn = frozenset({str(err).split(": needs")[0]}), spec
         else:

@@ -321,3 +321,19 @@ def test_dims_and_the_report_count_residual_alike(tmp_path):
     html = cm.report().to_html(tmp_path / "r.html").read_text()
     assert f"residual {dims.counts()['residual']}</span>" in html
     assert f"{len(cm.pipeline.residuals)} residual (host-checked)" in html
+
+
+def test_axes_a_guard_ties_get_a_variant_where_they_differ():
+    """``if h == w`` ties H and W in the square example's trace (one dim); a non-square call runs
+    a variant traced at its sizes (the other branch), compiled once."""
+    class Square(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.shape[2] == x.shape[3] else x + 1
+
+    cm = dl.compile(Square(), torch.randn(2, 3, 8, 8), backend="cpu")
+    dims = [repr(e) for e in cm.pipeline.graph.dims(cm.pipeline.graph.inputs[0])]
+    assert dims[2] == dims[3], dims
+    for shape in [(1, 3, 5, 5), (2, 3, 6, 9), (3, 3, 4, 7), (2, 3, 7, 7)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(cm(x), Square()(x))
+    assert cm.stats()["compiles"] == 2 and cm.stats()["variants"] == 1
