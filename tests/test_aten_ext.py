@@ -567,7 +567,7 @@ def test_baddbmm_int_refused_for_cuda():
     if torch.cuda.is_available():   # the same through dl.compile
         with pytest.raises(dl.DTypeError, match="int32 operands on the cuda backend"):
             dl.compile(Fn(lambda c, a, b: torch.baddbmm(c, a, b)),
-                       tuple(t.cuda() for t in ins), backend="cuda")
+                       tuple(t.cuda() for t in ins), backend="cuda", dynamic=False)
 
 
 def _filled(x, v):
@@ -591,4 +591,4 @@ def test_fill_0d_target_and_bad_value():
     check(Fn(lambda x: _filled(x, 4.0)), lambda n: (torch.randn(()),), False, sizes=(1,))
     with pytest.raises(dl.ShapeError, match="0-dimension value tensor"):
         dl.compile(Fn(_filled), (torch.randn(2, 3), torch.ones(3)), backend="cpu",
-                   fallback=False)
+                   fallback=False, dynamic=False)

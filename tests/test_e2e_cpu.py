@@ -240,7 +240,7 @@ def _cell_module():
 def test_refusal_in_cell_code_outside_ipython_names_the_file():
     """torch rejects ``mode="zeros"`` while export traces: the refusal names the cell's file."""
     with pytest.raises(dl.ShapeError) as ei:
-        dl.compile(_cell_module(), torch.randn(2, 3), backend="cpu")
+        dl.compile(_cell_module(), torch.randn(2, 3), backend="cpu", dynamic=False)
     assert ei.value.where == '1896757467.py:4 in forward: return F.pad(x, (1, 1), mode="zeros")'
 
 
@@ -318,12 +318,12 @@ def test_div_rounding_integer_refusals():
     a = torch.arange(6).reshape(2, 3)
     with pytest.raises(dl.UnsupportedOp, match=r"integer division \(rounding_mode='floor'\) by "
                                                r"a tensor: eager raises on a zero divisor"):
-        dl.compile(_Div("floor"), (a, a), backend="cpu", fallback=False)
+        dl.compile(_Div("floor"), (a, a), backend="cpu", fallback=False, dynamic=False)
     with pytest.raises(dl.UnsupportedOp, match=r"integer division by zero"):
-        dl.compile(_Div("trunc", 0), (a, a), backend="cpu", fallback=False)
+        dl.compile(_Div("trunc", 0), (a, a), backend="cpu", fallback=False, dynamic=False)
     with pytest.raises(dl.ShapeError, match=r"torch rejects the program: .*div expected "
                        r"rounding_mode to be one of .* but found round"):   # eager raises too
-        dl.compile(_Div("round"), (a.float(), a.float()), backend="cpu")
+        dl.compile(_Div("round"), (a.float(), a.float()), backend="cpu", dynamic=False)
 
 
 def test_rounding_division_and_pad_modes_compile_to_cubin():

@@ -92,7 +92,7 @@ def test_amax_over_empty_range():
                        r"dimension for reduction operation without identity"):
         dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), dynamic=False, backend="cpu")
     with pytest.raises(dl.ShapeError, match=rf"amax 'amax' at {HERE}.*empty range"):
-        dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), backend="cpu")   # "auto"
+        dl.compile(Fn(lambda x: x.amax(1)), (torch.randn(3, 0),), dynamic="auto", backend="cpu")
     cm = dl.compile(Fn(lambda x: x.amax(0)), (torch.randn(3, 4),), dynamic={0: {0: "N"}}, backend="cpu")
     with pytest.raises(dl.ShapeMismatch, match=rf"amax 'amax' at {HERE}.*empty range.*N = input 0"):
         cm(torch.randn(0, 4))
@@ -116,7 +116,7 @@ def test_zero_dim_tensor(fn):
 def test_zero_dim_invalid_axis():
     with pytest.raises(dl.ShapeError, match=r"torch rejects the program: IndexError: "
                        r"Dimension out of range"):
-        dl.compile(Fn(lambda x: x.sum(1)), (torch.tensor(1.0),), backend="cpu")
+        dl.compile(Fn(lambda x: x.sum(1)), (torch.tensor(1.0),), backend="cpu", dynamic=False)
 
 
 # --- keyword defaults spelled out ---------------------------------------------------------------------
@@ -143,10 +143,10 @@ def test_unsupported_argument_value_is_named():
                                                r"rounding_mode='floor'\) by a tensor"):
         dl.compile(Fn(lambda x: torch.div(x, x + 1, rounding_mode="floor")), (torch.arange(3),),
                    fallback=False,
-                   backend="cpu")
+                   backend="cpu", dynamic=False)
     with pytest.raises(dl.ShapeError, match=rf"{HERE}.*torch rejects the program: TypeError: "
                        r"sum\(\) received an invalid combination of arguments"):
-        dl.compile(Fn(lambda x: x.sum(bogus=1)), (torch.randn(3),), backend="cpu")
+        dl.compile(Fn(lambda x: x.sum(bogus=1)), (torch.randn(3),), backend="cpu", dynamic=False)
 
 
 # --- integer and bool dtypes, type promotion ------------------------------------------------------------
@@ -197,16 +197,16 @@ def test_type_promotion():
 ], ids=["mean-int", "neg-bool", "sub-bool"])
 def test_dtype_eager_rejects(fn, dtype, match):
     with pytest.raises(dl.DTypeError, match=match):
-        dl.compile(Fn(fn), (torch.ones(2, 3, dtype=dtype),), backend="cpu")
+        dl.compile(Fn(fn), (torch.ones(2, 3, dtype=dtype),), backend="cpu", dynamic=False)
     with pytest.raises((RuntimeError, NotImplementedError)):
         fn(torch.ones(2, 3, dtype=dtype))
 
 
 def test_unsupported_dtype_names_input_and_op():
     with pytest.raises(dl.UnsupportedOp, match=r"input 'x'.*complex64 unsupported"):
-        dl.compile(Fn(torch.relu), (torch.ones(2, dtype=torch.complex64),), backend="cpu")
+        dl.compile(Fn(torch.relu), (torch.ones(2, dtype=torch.complex64),), backend="cpu", dynamic=False)
     with pytest.raises(dl.UnsupportedOp, match=rf"'to' at {HERE}.*float8_e4m3fn unsupported"):
-        dl.compile(Fn(lambda x: x.to(torch.float8_e4m3fn)), (torch.ones(2),), backend="cpu")
+        dl.compile(Fn(lambda x: x.to(torch.float8_e4m3fn)), (torch.ones(2),), backend="cpu", dynamic=False)
 
 
 # --- in-place forms ------------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_inplace_cast_back():
     run(Fn(lambda x: torch.relu_(x.to(torch.int32)).add_(1)), (torch.arange(-3, 3),))
     with pytest.raises(dl.DTypeError, match=r"torch rejects the program: .*Promotion of "
                        r"int.add/sub_\(float\) in in-place ops"):
-        dl.compile(Fn(lambda x: x.to(torch.int32).add_(1.5)), (torch.arange(3),), backend="cpu")
+        dl.compile(Fn(lambda x: x.to(torch.int32).add_(1.5)), (torch.arange(3),), backend="cpu", dynamic=False)
 
 
 @pytest.mark.parametrize("fn,match", [
@@ -237,7 +237,7 @@ def test_inplace_cast_back():
 ])
 def test_inplace_refused(fn, match):
     with pytest.raises(dl.UnsupportedOp, match=match) as ei:
-        dl.compile(Fn(fn), (torch.randn(2, 3),), backend="cpu")
+        dl.compile(Fn(fn), (torch.randn(2, 3),), backend="cpu", dynamic=False)
     assert HERE in str(ei.value)
 
 
@@ -327,7 +327,7 @@ LAYOUTS = {"coo": lambda t: t.to_sparse(), "csr": lambda t: t.to_sparse_csr(),
 def test_non_strided_inputs_refused(layout, monkeypatch):
     x = torch.randn(2, 3)
     with pytest.raises(dl.UnsupportedOp, match=r"input 0 'x': layout .* unsupported"):
-        dl.compile(Fn(torch.relu), (LAYOUTS[layout](x),), backend="cpu")
+        dl.compile(Fn(torch.relu), (LAYOUTS[layout](x),), backend="cpu", dynamic=False)
     cm = dl.compile(Fn(torch.relu), (x,), dynamic={0: {0: "N"}}, backend="cpu")
     spy = Spy(cm, monkeypatch)
     with pytest.raises(dl.ArgumentError, match=r"input 0 'x': layout .* unsupported \(strided"):

@@ -102,7 +102,7 @@ def test_index_dtype_refused():
     with pytest.raises(dl.DTypeError, match=r"torch rejects the program: .*Expected dtype "
                        r"int32/int64 for index, but got torch.int16"):
         dl.compile(_Gather(), (torch.randn(2, 4), torch.zeros(2, 4, dtype=torch.int16)),
-                   backend="cpu")
+                   backend="cpu", dynamic=False)
 
 
 def test_tensor_remainder_follows_the_divisor_sign():
@@ -171,4 +171,4 @@ def test_zero_d_and_empty_index(name, dynamic):
 def test_index_select_of_0d_needs_one_index():
     with pytest.raises(dl.ShapeError, match="the index of a 0-d input has one element"):
         dl.compile(_Fn2(lambda x, i: torch.index_select(x, 0, i)),
-                   (torch.tensor(1.0), torch.tensor([0, 0])), backend="cpu")
+                   (torch.tensor(1.0), torch.tensor([0, 0])), backend="cpu", dynamic=False)

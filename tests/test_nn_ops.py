@@ -176,7 +176,7 @@ def test_addmm_beta_zero_ignores_input():
     run(m, (nan, rand(3, 5), rand(5, 4)), {1: {1: "K"}, 2: {0: "K"}},
         [(nan, rand(3, 2), rand(2, 4))])
     with pytest.raises(dl.ShapeError, match="addmm"):
-        dl.compile(m, (rand(2, 4), rand(3, 5), rand(5, 4)), backend="cpu")
+        dl.compile(m, (rand(2, 4), rand(3, 5), rand(5, 4)), backend="cpu", dynamic=False)
 
 
 def test_matmul_contraction_mismatch_is_a_shape_error():
@@ -186,7 +186,7 @@ def test_matmul_contraction_mismatch_is_a_shape_error():
                                             r"\[4, 5\]"):
         dl.compile(Fn2(torch.matmul), (rand(2, 3), rand(4, 5)), dynamic=False, backend="cpu")
     with pytest.raises(dl.ShapeError, match=rf"{where}.*batch1 must be a 3D tensor"):
-        dl.compile(Fn2(torch.bmm), (rand(2, 3), rand(3, 5)), backend="cpu")
+        dl.compile(Fn2(torch.bmm), (rand(2, 3), rand(3, 5)), backend="cpu", dynamic=False)
 
 
 # --- normalization -------------------------------------------------------------------------------
@@ -250,14 +250,14 @@ def test_batch_norm_training_is_refused():
     bn = nn.BatchNorm2d(3).train()
     with pytest.raises(dl.UnsupportedOp, match=r"aten\.add_\.Tensor .*in-place op mutates graph "
                                                r"input '0\.num_batches_tracked'"):
-        dl.compile(nn.Sequential(bn), (x,), backend="cpu")
+        dl.compile(nn.Sequential(bn), (x,), backend="cpu", dynamic=False)
     untracked = nn.Sequential(nn.BatchNorm2d(3, track_running_stats=False).train())
     with pytest.raises(dl.UnsupportedOp, match=r"aten\.batch_norm.*batch statistics"):
-        dl.compile(untracked, (x,), backend="cpu", fallback=False)
+        dl.compile(untracked, (x,), backend="cpu", fallback=False, dynamic=False)
     m = Fn(lambda x: F.batch_norm(x, None, None, training=True))
     with pytest.raises(dl.UnsupportedOp, match=rf"batch_norm.*{HERE}.*training mode"):
-        dl.compile(m, (x,), backend="cpu", fallback=False)
-    cm = dl.compile(m, (x,), backend="cpu")
+        dl.compile(m, (x,), backend="cpu", fallback=False, dynamic=False)
+    cm = dl.compile(m, (x,), backend="cpu", dynamic=False)
     assert [n.op.name for n in cm.pipeline.graph.nodes].count("eager") == 1
     torch.testing.assert_close(cm(x), m(x))
 
@@ -279,7 +279,7 @@ def test_layer_norm_functional_shape_mismatch():
     with pytest.raises(dl.ShapeError, match=rf"{HERE}:\d+ in <lambda>: .*F\.layer_norm.*torch "
                                             r"rejects.*Given normalized_shape=\[4\], expected "
                                             r"input with shape \[4\]"):
-        dl.compile(m, (rand(2, 5),), backend="cpu")
+        dl.compile(m, (rand(2, 5),), backend="cpu", dynamic=False)
 
 
 @pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])
@@ -325,13 +325,13 @@ def test_activation_refusals():
     """gelu's unknown form is torch's rejection; training dropout a lowering's refusal that
     fallback runs eagerly (each element dropped or scaled by 1 / (1 - p))."""
     with pytest.raises(dl.ShapeError, match=r"approximate argument must be either none or tanh"):
-        dl.compile(Fn(lambda x: F.gelu(x, approximate="erf")), (rand(2, 3),), backend="cpu")
+        dl.compile(Fn(lambda x: F.gelu(x, approximate="erf")), (rand(2, 3),), backend="cpu", dynamic=False)
     drop = Fn(lambda x: F.dropout(x, 0.2))
     with pytest.raises(dl.UnsupportedOp, match=rf"aten\.dropout.* at {HERE}:.*dropout in training "
                                                r"mode"):
-        dl.compile(drop, (rand(2, 3),), backend="cpu", fallback=False)
+        dl.compile(drop, (rand(2, 3),), backend="cpu", fallback=False, dynamic=False)
     x = rand(40, 50) + 5
-    cm = dl.compile(drop, (x,), backend="cpu")
+    cm = dl.compile(drop, (x,), backend="cpu", dynamic=False)
     assert [n.op.name for n in cm.pipeline.graph.nodes] == ["eager"]
     y = cm(x)
     assert ((y == 0) | torch.isclose(y, x / 0.8)).all() and 0 < (y == 0).sum() < x.numel()
@@ -640,7 +640,7 @@ def test_sdpa_grouped_query_attention():
     with pytest.raises(dl.ShapeError, match=r"torch rejects the program: RuntimeError: Number of "
                                             r"heads in key and value must divide"):
         dl.compile(Fn3(fn), (rand(1, 6, 2, 8), rand(1, 4, 2, 8), rand(1, 4, 2, 8)),
-                   backend="cpu")
+                   backend="cpu", dynamic=False)
 
 
 class MaskedAttention(nn.Module):
@@ -744,7 +744,7 @@ def test_pad_modes_match_torch_edge_cases():
             if mode == "circular" and max(pad) > 5 + sum(min(w, 0) for w in pad):
                 with pytest.raises(dl.ShapeError, match=r"circular pad .* <= extent"):
                     dl.compile(Fn(lambda t, pad=pad: F.pad(t, pad, mode="circular")), (x,),
-                               backend="cpu")
+                               backend="cpu", dynamic=False)
                 continue
             try:
                 F.pad(x, pad, mode=mode)
@@ -761,10 +761,10 @@ def test_pad_mode_refusals_name_the_constraint():
     with pytest.raises(dl.ShapeError, match=r"Padding size should be less than the corresponding "
                                             r"input dimension, but got: padding \(0, 5\) at "
                                             r"dimension 2"):
-        dl.compile(Fn(lambda t: F.pad(t, (0, 5), "reflect")), (rand(2, 3, 5),), backend="cpu")
+        dl.compile(Fn(lambda t: F.pad(t, (0, 5), "reflect")), (rand(2, 3, 5),), backend="cpu", dynamic=False)
     with pytest.raises(dl.ShapeError, match=r"Padding size 2 is not supported for 4D input"):
         dl.compile(Fn(lambda t: F.pad(t, (1, 1), "reflect")), (rand(1, 2, 3, 5),),
-                   backend="cpu")
+                   backend="cpu", dynamic=False)
 
 
 def test_conv2d_unbatched():
@@ -788,11 +788,11 @@ def test_unfold_edge_cases():
     zero_d = Fn(lambda x: x.unfold(0, 1, 3) * 2)
     run(zero_d, (torch.tensor(3.0),), False)
     with pytest.raises(dl.ShapeError, match=r"Maximum size for tensor at dimension 0 is 1"):
-        dl.compile(Fn(lambda x: x.unfold(0, 2, 1)), (torch.tensor(3.0),), backend="cpu")
+        dl.compile(Fn(lambda x: x.unfold(0, 2, 1)), (torch.tensor(3.0),), backend="cpu", dynamic=False)
     with pytest.raises(dl.ShapeError):
-        dl.compile(Fn(lambda x: x.unfold(1, 8, 1)), (rand(2, 7),), backend="cpu")
+        dl.compile(Fn(lambda x: x.unfold(1, 8, 1)), (rand(2, 7),), backend="cpu", dynamic=False)
     with pytest.raises(dl.ShapeError):
-        dl.compile(Fn(lambda x: x.unfold(2, 1, 1)), (rand(2, 7),), backend="cpu")
+        dl.compile(Fn(lambda x: x.unfold(2, 1, 1)), (rand(2, 7),), backend="cpu", dynamic=False)
     cm = dl.compile(Fn(lambda x: x.unfold(1, 3, 1)), (rand(2, 7),), dynamic={0: {1: "W"}},
                     backend="cpu")
     with pytest.raises(dl.ShapeMismatch, match=r"holds a window \(3\)"):
@@ -835,7 +835,7 @@ def test_narrow_tensor_start_is_refused():
                                                r"cannot capture NarrowByBuffer"):
         dl.compile(NarrowByBuffer(), (rand(2, 6, 4),), dynamic={0: {1: "W", 2: "V"}}, backend="cpu")
     with pytest.raises(dl.UnsupportedOp, match=r"torch\.export cannot capture"):
-        dl.compile(Fn(lambda x: x.narrow(1, x[0, 0].long(), 1)), (rand(4, 3),), backend="cpu")
+        dl.compile(Fn(lambda x: x.narrow(1, x[0, 0].long(), 1)), (rand(4, 3),), backend="cpu", dynamic=False)
 
 
 def test_avg_pool2d_ceil_mode_counts_the_clipped_window():
@@ -871,7 +871,7 @@ def test_refusal_raised_in_kgen_names_op_node_and_line(monkeypatch):
     _failing_window(monkeypatch)
     pool = PoolRelu()
     with pytest.raises(dl.UnsupportedOp) as ei:
-        dl.compile(pool, (rand(1, 2, 9, 9),), backend="cpu")
+        dl.compile(pool, (rand(1, 2, 9, 9),), backend="cpu", dynamic=False)
     err = ei.value
     assert (err.op, err.node) == ("avg_pool2d", "avg_pool2d")
     assert err.where.startswith(f"{HERE}:") and "F.avg_pool2d(x, 2).relu()" in err.where
