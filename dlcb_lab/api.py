@@ -16,9 +16,8 @@ import torch
 
 from .bridge.aten import GUARD_NOTE, NoDimForm, lower_to_ir
 from .bridge.capture import Auto, auto, capture
-
-from .bridge.signature import CallSignature
 from .bridge.generalize import check_generalization
+from .bridge.signature import CallSignature
 from .dims import DimKind
 from .display import Rich
 from .errors import DLError, DTypeError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp
@@ -36,6 +35,7 @@ from .runtime.direct import kernel_signatures
 from .runtime.thunks import DynamicAOTThunk, LaunchTrace, StaticThunk
 
 __all__ = ["compile", "auto", "Auto", "CompiledModule", "CallSignature"]
+
 
 def _signature_key(xs: Sequence[Any]) -> tuple:
     """(rank, dtype) per input: what a thunk is compiled for."""
@@ -259,7 +259,7 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
     free = {i: {k: n for k, n in axes.items() if (i, k) not in pinned}
             for i, axes in cap.spec.items()}
     cm = CompiledModule(pipe, cap.signature, builds, consts,
-                        (module, backend, fallback, dynamic, free,
+                        (module, backend, fallback, cap.auto_spec or dynamic, free,
                          [tuple(x.shape) for x in examples], cap.ties))
     if cap.widened:   # traced at 1: the variant for the example, now
         try:

@@ -337,3 +337,19 @@ def test_axes_a_guard_ties_get_a_variant_where_they_differ():
         x = torch.randn(*shape)
         torch.testing.assert_close(cm(x), Square()(x))
     assert cm.stats()["compiles"] == 2 and cm.stats()["variants"] == 1
+
+
+def test_a_cache_in_the_output_is_a_clear_refusal():
+    """A transformers decoder returns its cache by default (``use_cache=True``): not a container
+    export can flatten, refused by name with the way around it."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0)
+    m = transformers.GPT2Model(cfg).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    with pytest.raises(dl.UnsupportedOp, match=r"DynamicCache.*pass use_cache=False"):
+        dl.compile(m, kwargs={"input_ids": ids}, backend="cpu")
+    cm = dl.compile(m, kwargs={"input_ids": ids, "use_cache": False}, backend="cpu")
+    ids = torch.randint(0, 50, (3, 9))
+    torch.testing.assert_close(cm(input_ids=ids, use_cache=False).last_hidden_state,
+                               m(input_ids=ids, use_cache=False).last_hidden_state, **TOL)

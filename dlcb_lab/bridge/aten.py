@@ -513,9 +513,7 @@ def _eager(g: Graph, n: fx.Node, env: dict, consts: dict, symbols: dict, reason:
 
     def template(a: Any) -> Any:
         if isinstance(a, fx.Node):
-            if a not in env and a in consts:   # a parameter, buffer or constant: on first use
-                env[a] = g.constant(*consts[a])
-            v = env.get(a)
+            v = _value(g, env, consts, a) if a in env or a in consts else None
             if isinstance(v, Value):
                 operands.append(v)
                 return Operand(len(operands) - 1)
@@ -540,6 +538,14 @@ def _eager(g: Graph, n: fx.Node, env: dict, consts: dict, symbols: dict, reason:
         return one(val[only], only)
     return type(val)(one(t, j) if isinstance(t, torch.Tensor) else None
                      for j, t in enumerate(val))
+
+
+def _value(g: Graph, env: dict, consts: dict, a: fx.Node) -> Any:
+    """``a``'s value in the graph; a parameter, buffer or constant becomes a graph constant on
+    first use."""
+    if a not in env and a in consts:
+        env[a] = g.constant(*consts[a])
+    return env[a]
 
 
 def _random(n: fx.Node) -> bool:
@@ -687,13 +693,7 @@ class Spellings:
 
 
 def _lower_node(g: Graph, n: fx.Node, env: dict, consts: dict, spell: Spellings) -> None:
-    def value(a: fx.Node):
-        if a not in env and a in consts:   # a parameter, buffer or constant: on first use
-            name, t = consts[a]
-            env[a] = g.constant(name, t)
-        return env[a]
-
-    args, kwargs = fx.node.map_arg((n.args, n.kwargs), value)
+    args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: _value(g, env, consts, a))
     if n.target is operator.getitem:   # a tuple's item, computed or not (``Unavailable``)
         env[n] = args[0][args[1]]
         if isinstance(env[n], Unavailable) and n.users:   # eager computes it (lower_to_ir)

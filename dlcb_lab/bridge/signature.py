@@ -134,12 +134,19 @@ class CallSignature:
         if self.positional < 0:
             object.__setattr__(self, "positional", len(self.slots))
         object.__setattr__(self, "_simple", not consts and self.positional == len(self.slots))
+        object.__setattr__(self, "_keywords", frozenset(self.slots[self.positional:])
+                           if not consts else None)
+        object.__setattr__(self, "_flat_tuple", _flat_tuple(self.out_spec))
 
     def bind(self, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
         """A call's tensors, one per traced input in graph order; ``ArgumentError`` naming the
         argument at fault."""
         if not kwargs and self._simple and len(args) == len(self.slots):
             return args   # the common call: what the compile passed, by position
+        if self._keywords is not None and len(args) == self.positional and \
+                kwargs.keys() == self._keywords:   # passed as the compile passed them
+            slots = {**dict(zip(self.slots, args)), **kwargs}
+            return tuple(slots[name] for name in self.inputs)
         try:
             slots = bind_slots(self.params, args, kwargs)
         except ArgumentError as err:
@@ -174,6 +181,8 @@ class CallSignature:
         """The module's output structure around the compiled outputs."""
         if self.out_spec is None:
             return outs[0]
+        if self._flat_tuple:   # the common several-output case, without the pytree walk
+            return tuple(outs)
         from torch.utils._pytree import tree_unflatten
 
         return tree_unflatten(list(outs), self.out_spec)
@@ -208,6 +217,13 @@ class CallSignature:
                      self.params[j + 1].kind not in (_P.POSITIONAL_ONLY, _P.VAR_POSITIONAL)):
                 parts.append("/")
         return f"({', '.join(parts)})"
+
+
+def _flat_tuple(spec: Any) -> bool:
+    """``spec`` is a plain tuple of tensors."""
+    from torch.utils._pytree import tree_structure
+
+    return spec is not None and spec == tree_structure((0,) * spec.num_leaves)
 
 
 def _same(name: str, value: Any, compiled: Any, what: str) -> None:
