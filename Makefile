@@ -32,7 +32,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check dlcb_lab tests
-	$(PY) -m pytest -q -n 2 --nbmake tests notebooks
+	$(PY) -m pytest -q -n 2 tests
 
 test-slow: setup
 	$(PY) -m pytest -q -n 2 -m slow tests
