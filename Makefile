@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcb-installed
 
-.PHONY: demo test test-slow fuzz setup dot chromium clean
+.PHONY: demo test test-changed test-slow fuzz setup dot chromium clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -34,14 +34,20 @@ test: setup
 	$(VENV)/bin/ruff check dlcb_lab tests
 	$(PY) -m pytest -q -n 2 tests
 
+# The test folders of the stages a change touches (tests/tools/stages.py; REV=HEAD by default),
+# in pipeline order: a quick first answer before `make test`.
+test-changed: setup
+	@dirs="$$($(PY) tests/tools/stages.py $(REV))"; [ -n "$$dirs" ] || { echo "no stage touched"; exit 0; }; \
+	  echo "$$dirs"; $(PY) -m pytest -q -n 2 $$dirs
+
 test-slow: setup
 	$(PY) -m pytest -q -n 2 -m slow tests
 
 # Differential fuzzing: 10,000 random graphs against eager on the CPU (about 40 minutes on one
-# core), one process per core; failures shrink to tests/fuzz_cases/*.json, which the suite
+# core), one process per core; failures shrink to tests/fuzz/fuzz_cases/*.json, which the suite
 # replays. FUZZ_ARGS adds options (--seed S, --device cuda, --graphs N, --jobs J).
 fuzz: setup
-	cd tests && ../$(PY) fuzz.py --graphs 10000 --jobs $(shell nproc) $(FUZZ_ARGS)
+	cd tests/tools && ../../$(PY) fuzz.py --graphs 10000 --jobs $(shell nproc) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV)

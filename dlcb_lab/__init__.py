@@ -7,16 +7,18 @@
     dl.optimize(module)           # torch.compile through Dynamo, one DLCB compile for all shapes
     dl.explore(module, args)      # every stage in a notebook (cm.report())
     cm.save("m.dlcb"); dl.load("m.dlcb")             # an artifact; no kernel builds on load
+    dl.compile(module, args, config={"channels_last": False})   # switches: dl.Config
 """
 
 from .api import Auto, CompiledModule, auto, compile
 from .artifact import load
+from .config import Config
 from .dims import Contradiction
 from .errors import (ArgumentError, ArtifactError, BuildError, DeviceError, DLError, DTypeError,
                      LayoutError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp)
 from .records import Kernel, Pipeline
 
-__all__ = ["compile", "auto", "Auto", "optimize", "explore", "load", "ArtifactError", "CompiledModule", "Pipeline", "Kernel", "DLError", "ShapeError",
+__all__ = ["compile", "auto", "Auto", "Config", "optimize", "explore", "load", "ArtifactError", "CompiledModule", "Pipeline", "Kernel", "DLError", "ShapeError",
            "Contradiction", "ShapeMismatch", "UnsupportedOp", "DTypeError", "SpecError",
            "ArgumentError", "DeviceError", "LayoutError", "BuildError"]
 

@@ -14,17 +14,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .bridge.aten import GUARD_NOTE, NoDimForm, lower_to_ir
+from .bridge.aten import NoDimForm, lower_to_ir
+from .bridge.guards import is_traced_guard
 from .bridge.capture import Auto, auto, capture
 from .bridge.generalize import check_generalization
 from .bridge.signature import CallSignature
+from .config import Config, resolve as resolve_config
 from .dims import DimKind
 from .display import Rich
 from .errors import DLError, DTypeError, ShapeError, ShapeMismatch, SpecError, UnsupportedOp
 from .hostgen.lower import LaunchPlan, lower
 from .hostgen.program import HostProgram
 from .ir.graph import Graph
-from .ir.ops import check_backend
+from .ir.ops import Ops, check_backend
 from .kgen.infer import infer_kernels, materialized_values
 from .kgen.kir import KernelBody
 from .passes import PassRecord, run_passes
@@ -107,8 +109,8 @@ class CompiledModule(Rich):
             side, dyn = broken, {i: dict(axes) for i, axes in spec.items()}
             for _, (i, k) in broken:
                 dyn[i][k] = f"{dyn[i][k]}_{i}_{k}"
-        elif GUARD_NOTE in str(err):   # the other side of a branch on sizes: traced there
-            side, dyn = frozenset({str(err).split(": needs")[0]}), spec
+        elif is_traced_guard(self.pipeline.graph, str(err).split(": needs")[0]):
+            side, dyn = frozenset({str(err).split(": needs")[0]}), spec   # the branch's other side
         else:
             raise err
         if side not in self.variants:
@@ -147,11 +149,11 @@ class CompiledModule(Rich):
 
     def _compile_like(self, ins: tuple, dynamic: Any) -> "CompiledModule":
         """``module`` compiled again from a call like the example's, with ``ins`` in the
-        inputs' places."""
+        inputs' places, under this compile's configuration."""
         module, backend, fallback = self._source[:3]
         args, kwargs = self.signature.example_call(ins)
         return compile(module, args, kwargs, dynamic=dynamic, backend=backend,
-                       fallback=fallback)
+                       fallback=fallback, config=self.pipeline.config)
 
     def stats(self) -> dict[str, Any]:
         """``compiles``: graph compiles behind this module (1, plus one per JIT signature and
@@ -220,8 +222,8 @@ class CompiledModule(Rich):
 def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
             kwargs: Mapping[str, Any] | None = None, *,
             dynamic: str | bool | Auto | Mapping[int | str, Mapping[int, str]] = "auto",
-            backend: str = "auto", strict: bool = True, fallback: bool = True
-            ) -> CompiledModule:
+            backend: str = "auto", strict: bool = True, fallback: bool = True,
+            config: Config | Mapping[str, Any] | None = None) -> CompiledModule:
     """Compile ``module`` once, from the example call ``module(*args, **kwargs)``, for the shapes
     ``dynamic`` admits. Tensor arguments are the inputs; ``None``, bools, ints, floats and
     strings are constants of the program (a call must pass the same). The result is called as
@@ -236,17 +238,22 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
     statically. A dim named in a spec that the program fixes to a literal raises ``ShapeError``
     (a warning with ``strict=False``). ``fallback``: an op DLCB does not lower runs in PyTorch
     eager at its place in the launch plan (an ``eager`` step; ``False``: one ``UnsupportedOp``
-    lists every such op left after dead code is removed). Raises ``ShapeError`` for
+    lists every such op left after dead code is removed). ``config``: the switches (``dl.Config``,
+    docs/design.md "Configuration"): ``None`` the environment's (``DLCB_*``, read now), a mapping
+    ``{field: value}`` of overrides over them (``config={"channels_last": False}``), or a whole
+    ``Config``; recorded in ``pipeline.config``, kept by the modules compiled later for other
+    signatures and sizes, saved in artifacts. Raises ``ShapeError`` for
     incompatible shapes, ``UnsupportedOp`` for ops outside the supported set, ``DTypeError`` for
     dtypes an op rejects, ``SpecError`` for malformed arguments.
     """
     args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
     backend = _resolve_backend(backend)
+    config = resolve_config(config)
     step = _Steps()
     cap, g = _capture_and_lower(step, module, args, kwargs, dynamic)
     examples = cap.examples
     step("generalize", check_generalization, g, strict, cap.declared)
-    g, pass_records = step("passes", run_passes, g)
+    g, pass_records = step("passes", run_passes, g, config)
     if not fallback:
         _no_eager(g)
     check_backend(g, backend)
@@ -287,7 +294,7 @@ def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
 def _no_eager(g: Graph) -> None:
     """``fallback=False``: one ``UnsupportedOp`` listing every op left to eager once dead code
     is gone (an op nobody reads is no reason to refuse the model)."""
-    left = [n for n in g.nodes if n.op.name == "eager"]
+    left = [n for n in g.nodes if n.op is Ops.eager]
     if left:
         raise UnsupportedOp(f"{len(left)} ATen node{'s' * (len(left) > 1)} not supported by "
                             f"DLCB IR (fallback=False):\n" + "\n".join(
@@ -349,7 +356,8 @@ def _pipeline(g: Graph, bodies: Sequence[KernelBody], host: HostProgram, plan: L
     sol = g.solver.solution()
     mats = {v.id for v in g.materialized()}
     kernels = tuple(Kernel(b, backend, kernel_signatures(b, g.dims, plan.guards,
-                                                         index_reads(g, b.out, mats)))
+                                                         index_reads(g, b.out, mats)),
+                           config=g.config)
                     for b in bodies)   # the host program's guards (hostgen.guards), once
     return Pipeline(g, sol.constraints, sol.trace, sol.residuals, DimTable.of_graph(g), kernels,
                     host, plan, (), timings, tuple(passes))
@@ -358,10 +366,10 @@ def _pipeline(g: Graph, bodies: Sequence[KernelBody], host: HostProgram, plan: L
 def _make_thunk(p: Pipeline, backend: str, shapes) -> tuple[Pipeline, int]:
     """Build the kernels; ``p`` with the thunk, and each kernel bound to its launcher (the
     launchers follow the kernels' order, which is the launch plan's)."""
-    launchers, builds = build_kernels([k.body for k in p.kernels], backend)
+    launchers, builds = build_kernels([k.body for k in p.kernels], backend, p.config)
     g = p.graph
     args = (p.host_program, p.launch_plan, launchers, [v.dtype for v in g.inputs], backend,
-            [v.name for v in g.inputs], len(g.inputs) - len(g.constants))
+            [v.name for v in g.inputs], len(g.inputs) - len(g.constants), p.config.cuda_graphs)
     thunk = StaticThunk(*args, shapes=shapes) if shapes is not None else DynamicAOTThunk(*args)
     kernels = tuple(replace(k, launcher=ln) for k, ln in zip(p.kernels, launchers))
     return replace(p, thunks=(thunk,), kernels=kernels), builds

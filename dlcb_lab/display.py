@@ -3,7 +3,7 @@
 Jupyter asks an object for its rendering by calling ``_repr_mimebundle_``; the renderings live in
 ``dlcb_lab.viz`` (which takes the records and may import anything), so this hook imports
 ``viz.render`` on first display, inside the call. No other core module imports ``viz``, at module
-level or inside a function (``tests/test_structure.py``'s layering test): what a record does not
+level or inside a function (``tests/models/test_structure.py``'s layering test): what a record does not
 display by itself is a function of it in ``viz`` (``viz.stepper(trace)``, ``viz.dump(pipeline,
 directory)``)."""
 

@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
+from .config import Config
 from .dims import Constraints, DimKind, Expr, Lit, SolverTrace, Var
 from .display import Rich
 from .errors import BuildError
@@ -114,6 +115,9 @@ class Kernel(Rich):
     """One per variant: buffers with dtype and solved shape, ``numel`` and params expressions."""
     launcher: Any = field(default=None, repr=False, compare=False)
     """The built launcher (``runtime.launchers``), shared with the thunk; None when not built."""
+    config: Config = field(default_factory=Config, repr=False)
+    """The compile's switches (the pipeline's): which entry points are built, numba's
+    ``parallel``."""
 
     @property
     def source(self) -> str:
@@ -131,8 +135,9 @@ class Kernel(Rich):
     @property
     def cuda_parts(self) -> tuple[str, ...]:
         """Each variant's CUDA with every entry point the build compiles: the 64-bit one and the
-        32-bit unit's (``runtime.build.narrow_unit``: ``_i32``, ``_w``, ``_v``)."""
-        widths = ("", *narrow_unit())
+        32-bit unit's (``runtime.build.narrow_unit``: ``_i32``, ``_w``, ``_v`` unless
+        ``config.vectorize`` is off)."""
+        widths = ("", *narrow_unit(self.config.vectorize))
         return tuple(cuda_kernel(v, widths) for v in self.body.variants())
 
     @property
@@ -141,7 +146,7 @@ class Kernel(Rich):
 
     @property
     def numba_source(self) -> str:
-        return numba_kernel(self.body)
+        return numba_kernel(self.body, self.config.numba_parallel)
 
     @property
     def signature(self) -> KernelSignature:
@@ -183,7 +188,8 @@ class Kernel(Rich):
 @dataclass(frozen=True)
 class Pipeline(Rich):
     """Every stage object of one compile. ``timings``: seconds per pipeline step, in order
-    (``capture``, ``lower``, ``generalize``, ``passes``, ``kgen``, ``hostgen``, ``build``).
+    (``capture``, ``lower``, ``generalize``, ``passes``, ``kgen``, ``hostgen``, ``build``);
+    ``config``: the switches it was compiled with (``dl.Config``, held by the graph).
     As named files for reading outside a notebook: ``dlcb_lab.viz.dump(pipeline, directory)``."""
 
     graph: Graph
@@ -199,17 +205,25 @@ class Pipeline(Rich):
     passes: tuple[PassRecord, ...] = ()
 
     @property
+    def config(self) -> Config:
+        """The compile's switches (``dl.Config``), as its passes, build and thunk used them."""
+        return self.graph.config
+
+    @property
     def partition(self) -> Partition:
         """The per-step table: library calls and generated kernels, the ops each computes."""
         return self.graph.partition
 
     def __repr__(self) -> str:
         t = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
+        changed = self.config.changed()   # the switches off their defaults
         return (f"Pipeline: {len(self.graph.nodes)} ops, {len(self.constraints)} constraints, "
                 f"{len(self.solver_trace)} rule applications, {len(self.residuals)} residual "
                 f"constraints, dims {self.dims.counts()}, {len(self.kernels)} kernels, "
                 f"{len(self.host_program.instrs)} host instructions, thunks "
-                f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}")
+                f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}"
+                + ("\n  config: " + ", ".join(f"{k}={v!r} ({self.config.source(k)})"
+                                              for k, v in changed.items()) if changed else ""))
 
 
 @dataclass(frozen=True, eq=False)

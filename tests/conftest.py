@@ -1,11 +1,16 @@
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 # Kernels compiled by the tests go to a private cache (numba's on-disk cache stays warm across runs).
 os.environ.setdefault("DLCB_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dlcb_test_cache"))
+# Tests are layered by stage (tests/<stage>/); the shared helpers (harness, models, fuzz, ...) live
+# in tests/tools and are imported by their module names.
+sys.path.insert(0, str(Path(__file__).parent / "tools"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,11 +31,14 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "ArtifactDeviceError", "Reader", "Writer"
            "dump_records", "load_records", "versions"]
 
 FORMAT = "dlcb-artifact"
-FORMAT_VERSION = 6   # 2: one cubin per NVRTC unit (kernels.<j>.cubin, manifest "units");
+FORMAT_VERSION = 8   # 2: one cubin per NVRTC unit (kernels.<j>.cubin, manifest "units");
 #                      3: two per unit, the 32-bit and the 64-bit index entry points (.wide.cubin);
 #                      4: the 32-bit cubin holds the vectorized entry points too;
 #                      5: and the warp-per-output ones;
-#                      6: the call signature's slots, constants and output spec
+#                      6: the call signature's slots, constants and output spec;
+#                      7: a unit lists the suffixes of the entry points built ("suffixes",
+#                         kgen.entries) and all their names, for the boolean "vectorized";
+#                      8: the records hold the compile's dl.Config (Graph.config, Kernel.config)
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*")
 
@@ -212,7 +215,8 @@ RECORD_MODULES = (
     "dlcb_lab.kgen.abi",
     "dlcb_lab.hostgen.guards", "dlcb_lab.hostgen.lower", "dlcb_lab.hostgen.program",
     "dlcb_lab.passes.core", "dlcb_lab.passes.layout", "dlcb_lab.passes.partition",
-    "dlcb_lab.passes.rewrite", "dlcb_lab.runtime.direct",
+    "dlcb_lab.passes.rewrite", "dlcb_lab.runtime.direct", "dlcb_lab.bridge.guards",
+    "dlcb_lab.config",
 )
 """Modules whose record classes (defined there; no exceptions, no runtime objects) unpickle."""
 

@@ -12,9 +12,12 @@ several compiled regions saves a list of units). Members of unit ``u`` live unde
   numba look, so numba's decoration-time compile is a cache hit.
 
 The unit's JSON record (in the manifest) holds the thunk kind and static shapes, the SHA-256 of
-the kernel source as the emitter writes it, and the entry points. Load re-emits the source from
-the records and compares: kernels built by another emitter are refused, not launched with a
-mismatched ABI.
+the kernel source as the emitter writes it, and (CUDA) the suffixes of the entry points the cubins
+hold (``kgen.entries``) with their names. Load re-emits the source and the names from the records
+and compares: kernels built by another emitter are refused, not launched with a mismatched ABI.
+The launchers get the entry points saved. The records hold the compile's ``Config``
+(``Pipeline.config``): the loaded module runs with it (its entry points, numba's ``parallel``, its
+CUDA-graph capacity); ``cache_dir`` is the loading process's.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError
-from ..kgen.emit import VECTOR, cuda_module, entry_points
+from ..kgen.emit import cuda_module, entry_points
+from ..kgen.entries import SUFFIXES
 from ..runtime.build import cpu_module
 from ..records import Pipeline
 from ..runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
@@ -65,15 +69,16 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
         from ..runtime.nvrtc import device_arch
 
         source = cuda_module(bodies)
-        meta["entry_points"] = entry_points(bodies)
+        built = {e.suffix for ln in thunk.launchers for e in ln.kernels}
+        meta["suffixes"] = [x for x in SUFFIXES if x in built]
+        meta["entry_points"] = entry_points(bodies, meta["suffixes"])
         meta["arch"] = device_arch()
         cubins, meta["units"] = _cubins_of(thunk, prefix)
-        meta["vectorized"] = any(ln.vector is not None for ln in thunk.launchers)
         for j, (narrow, wide) in enumerate(cubins):
             w.add(f"{prefix}/kernels.{j}.cubin", narrow)
             w.add(f"{prefix}/kernels.{j}.wide.cubin", wide)
     else:
-        source, _ = cpu_module(bodies)
+        source, _ = cpu_module(bodies, pipeline.config.numba_parallel)
         if bodies:
             w.add(f"{prefix}/kernels.py", source.encode())
             meta["numba_files"] = [w.add(f"{prefix}/numba/{f.name}", f.read_bytes()).rsplit(
@@ -101,7 +106,8 @@ def load_unit(r: Reader, meta: dict[str, Any], tensors: TensorTable) -> tuple[Pi
     bodies = [k.body for k in p.kernels]
     if [b.name for b in bodies] != meta.get("kernels"):
         raise ArtifactError(f"{what}: kernel list differs from the manifest's")
-    source = cuda_module(bodies) if backend == "cuda" else cpu_module(bodies)[0]
+    source = cuda_module(bodies) if backend == "cuda" else \
+        cpu_module(bodies, p.config.numba_parallel)[0]
     if _sha(source) != meta.get("source_sha256"):
         raise ArtifactError(f"{what}: this dlcb_lab emits different {backend} source for the "
                             f"saved kernels (the artifact was built by another code generator)")
@@ -111,7 +117,7 @@ def load_unit(r: Reader, meta: dict[str, Any], tensors: TensorTable) -> tuple[Pi
         launchers, builds = _cpu_launchers(r, prefix, meta, bodies, source, what)
     g = p.graph
     args = (p.host_program, p.launch_plan, launchers, [v.dtype for v in g.inputs], backend,
-            [v.name for v in g.inputs], len(g.inputs) - len(g.constants))
+            [v.name for v in g.inputs], len(g.inputs) - len(g.constants), p.config.cuda_graphs)
     if meta.get("thunk") == "static":
         shapes = meta.get("shapes")
         if not isinstance(shapes, list) or not all(
@@ -156,7 +162,8 @@ def _cubins_of(thunk: Thunk, prefix: str) -> tuple[list[tuple[bytes, bytes]], li
     unit holds."""
     mods: dict[int, tuple[tuple[bytes, bytes], list[int]]] = {}
     for i, ln in enumerate(thunk.launchers):
-        narrow, wide = (ln.kernels.get((0, n)) for n in (True, False))
+        by_width = {e.narrow: k for e, k in ln.kernels.items()}
+        narrow, wide = by_width.get(True), by_width.get(False)
         if narrow is None or wide is None:
             raise ArtifactError(f"unit {prefix}: a cuda kernel without a loaded cubin")
         mods.setdefault(id(narrow.module), ((narrow.module.cubin, wide.module.cubin), []))[1] \
@@ -182,9 +189,13 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
     NVRTC)."""
     if not bodies:
         return []
-    from ..runtime.build import cuda_launchers, narrow_unit
+    from ..runtime.build import cuda_launchers
 
-    if entry_points(bodies) != meta.get("entry_points"):
+    suffixes = meta.get("suffixes")
+    if not isinstance(suffixes, list) or "" not in suffixes or \
+            suffixes != [x for x in SUFFIXES if x in suffixes]:
+        raise ArtifactError(f"{what}: the manifest's entry point suffixes are malformed")
+    if entry_points(bodies, suffixes) != meta.get("entry_points"):
         raise ArtifactError(f"{what}: entry points differ from the manifest's")
     groups = meta.get("units")
     if not isinstance(groups, list) or sorted(i for g in groups for i in g) != \
@@ -192,8 +203,7 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
         raise ArtifactError(f"{what}: the manifest's kernel units do not cover its kernels")
     cubins = [(r.member(f"{prefix}/kernels.{j}.cubin"), r.member(f"{prefix}/kernels.{j}.wide.cubin"))
               for j in range(len(groups))]
-    vectorized = meta.get("vectorized") is True and VECTOR in narrow_unit()
-    return cuda_launchers(bodies, cubins, groups, vectorized)
+    return cuda_launchers(bodies, cubins, groups, suffixes)   # as the saved config built them
 
 
 # --- CPU (numba) -----------------------------------------------------------------------------------

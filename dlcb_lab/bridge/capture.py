@@ -5,7 +5,7 @@ Export resolves the module's Python the way PyTorch does (control flow, ``len``,
 arithmetic, branches on sizes), traces through helpers (``torch.fx.wrap`` leaves included) and
 lifts parameters, buffers and tensor constants to graph inputs. The graph is export's default
 IR: ATen operators before dispatch, CompositeImplicit ops kept (``aten.linear``, ``aten.conv2d``,
-``aten.layer_norm``), so the lowering table (``bridge.aten``) is keyed by one documented opset.
+``aten.layer_norm``), so the lowering registry (``bridge.registry``) is keyed by one documented opset.
 
 The example call is the user's: ``module(*args, **kwargs)``, bound to ``forward`` as Python binds
 it (``bridge.signature``); tensors are the inputs, other arguments constants of the trace; the

@@ -10,6 +10,7 @@ import torch
 from ..dims import Expr, Lit, as_expr
 from ..errors import DTypeError, ShapeError, UnsupportedOp
 from ..ir.graph import Graph, Value
+from ..ir.ops import Ops, OpDef
 
 
 class Cx:
@@ -19,8 +20,8 @@ class Cx:
         self.g, self.name, self.where = g, name, where
         self.n = 0
 
-    def apply(self, op: str, *inputs: Any, **attrs: Any) -> Value:
-        """Append IR op ``op``; the first op of a lowering carries the fx node's name, further
+    def apply(self, op: OpDef, *inputs: Any, **attrs: Any) -> Value:
+        """Append IR op ``op`` (an ``ir.ops.O`` constant); the first op of a lowering carries the fx node's name, further
         ones ``<name>_2``, ``<name>_3``..."""
         self.n += 1
         return self.g.apply(op, *inputs, name=f"{self.name}" if self.n == 1 else
@@ -35,7 +36,7 @@ class Cx:
         return self.g.constant(f"{self.name}.{what}", t)
 
     def cast(self, x: Value, dtype: torch.dtype) -> Value:
-        return x if x.dtype == dtype else self.apply("to", x, dtype=dtype)
+        return x if x.dtype == dtype else self.apply(Ops.to, x, dtype=dtype)
 
 
 def wrap_axis(a: Any, rank: int, what: str = "dim") -> int:
@@ -108,6 +109,60 @@ def constant_int(cx: Cx, x: Value, what: str) -> int:
         raise DTypeError(f"{what} must be a 0-d integer tensor, got a {t.dim()}-d "
                          f"{str(t.dtype).removeprefix('torch.')} tensor (torch rejects it)")
     return int(t)
+
+
+def pair(v: Any, what: str) -> tuple[int, int]:
+    """An int or a pair of ints (a kernel size, stride, padding or dilation) as a pair."""
+    v = (v, v) if isinstance(v, int) else tuple(v)
+    if len(v) == 1:
+        v = (v[0], v[0])
+    if len(v) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise UnsupportedOp(f"{what}={v!r}: expected an int or a pair of ints")
+    return v
+
+
+def channel_bias(cx: Cx, y: Value, bias: Any, axis: int) -> Value:
+    """``y + bias`` with a 1-D ``bias`` along ``axis`` of ``y``."""
+    if bias is None:
+        return y
+    b = tensor_arg(bias, "bias")
+    trailing = y.rank - axis - 1
+    if trailing:
+        b = cx.apply(Ops.reshape, b, shape=(*cx.g.dims(b), *[1] * trailing))
+    return cx.apply(Ops.add, y, b)
+
+
+def number(x: Any, what: str) -> bool | int | float:
+    """A Python number argument (a literal size is one; a symbolic size or a tensor is not)."""
+    if isinstance(x, Lit):
+        return x.value
+    if isinstance(x, (bool, int, float)):
+        return x
+    if isinstance(x, Expr):
+        raise UnsupportedOp(f"{what} is the symbolic size {x!r}; only Python numbers are "
+                            f"supported here")
+    raise UnsupportedOp(f"{what} {x!r} is not a Python number")
+
+
+def probe(*xs: Any) -> list:
+    """Operands as torch sees them for type promotion: one-element tensors and Python scalars."""
+    return [torch.zeros((1,) * x.rank, dtype=x.dtype) if isinstance(x, Value) else x for x in xs]
+
+
+def result_type(*xs: Any) -> torch.dtype:
+    """torch's promoted dtype of the operands (``DTypeError`` where torch rejects them)."""
+    try:
+        return torch.result_type(*probe(*xs))
+    except (RuntimeError, TypeError) as err:
+        raise DTypeError(f"torch rejects the operand dtypes: {str(err).splitlines()[0]}") \
+            from None
+
+
+def row_major(memory_format: Any) -> None:
+    """Outputs are row-major: ``preserve_format`` and ``contiguous_format`` give the same values
+    and strides as eager for the contiguous tensors the thunk works on; others are refused."""
+    if memory_format not in (torch.preserve_format, torch.contiguous_format):
+        raise UnsupportedOp(f"memory_format={memory_format} unsupported (outputs are row-major)")
 
 
 def refuse(**kw: Any) -> None:

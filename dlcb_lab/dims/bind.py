@@ -1,4 +1,4 @@
-"""Shapes -> dims: the one binder and the one evaluator under partial knowledge.
+"""Shapes -> dims: the one binder, and evaluation under partial knowledge (``evaluate``).
 
 A call supplies integers: the sizes of its arguments' axes and, for direct kernel launches, int
 arguments. Each *source* says which dimension expression its integer must equal. ``plan_binding``
@@ -30,7 +30,8 @@ its whole expression when it is not affine in one unknown), then the shape axes 
 undetermined is ``BindPlan.pending``: the host program refuses it at compile time, a direct launch
 when called.
 
-Zero divisors, one policy. ``evaluate(e, known, lenient)``: a shape expression or check
+Zero divisors, one policy. ``evaluate(e, known, lenient)`` (the one interpreter,
+``dims.expr.interpret``, over ints under partial knowledge): a shape expression or check
 (``lenient=False``) with a non-positive divisor raises ``ShapeMismatch`` (dims are non-negative and
 ``//``, ``%`` are defined for positive divisors); a launch slot (``lenient=True``: a kernel's
 thread count, int params, index bounds) gives ``x // 0 == x % 0 == 0``, since such a divisor is
@@ -44,7 +45,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
 from ..errors import ShapeMismatch
-from .expr import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod
+from .expr import LENIENT, Expr, FloorDiv, Ints, Lit, Prod, Sum, Var, ZeroDivisor, interpret, lit, \
+    operands, prod
 
 __all__ = ["Source", "Bind", "Check", "Consistent", "Attainable", "BindStep", "BindPlan",
            "Binding", "plan_binding", "evaluate"]
@@ -54,46 +56,22 @@ _ZERO, _ONE = lit(0), lit(1)
 
 # --- the evaluator --------------------------------------------------------------------------------
 
+_SHAPES = Ints(ZeroDivisor(ShapeMismatch,
+                           lambda e, d: f"divisor {e.den!r} = {d} of {e!r} is not positive"))
+_SLOTS = Ints(LENIENT)
+"""``dims.expr.interpret``'s int domain under partial knowledge, per zero-divisor policy."""
+
+
 def evaluate(e: Expr, known: Mapping[Expr, int], lenient: bool = False) -> int | None:
     """``e`` under ``known`` (values of sub-expressions, variables included), or None when it
     depends on an unknown variable. A non-positive divisor raises ``ShapeMismatch``, unless
     ``lenient`` (launch slots: ``x // 0 == x % 0 == 0``); see the module docstring."""
-    hit = known.get(e)
-    return hit if hit is not None else _operands(e, known, lenient)
+    return interpret(e, _SLOTS if lenient else _SHAPES, known)
 
 
 def _operands(e: Expr, known: Mapping[Expr, int], lenient: bool) -> int | None:
     """``e`` evaluated from its operands (``known[e]`` itself is not read)."""
-    if isinstance(e, Lit):
-        return e.value
-    if isinstance(e, Var):
-        return None
-    if isinstance(e, Prod):
-        r = 1
-        for f in e.factors:
-            x = evaluate(f, known, lenient)
-            if x is None:
-                return None
-            r *= x
-        return r
-    if isinstance(e, Sum):
-        r = e.const
-        for m, c in e.terms:
-            x = evaluate(m, known, lenient)
-            if x is None:
-                return None
-            r += c * x
-        return r
-    if isinstance(e, (FloorDiv, Mod)):
-        n, d = evaluate(e.num, known, lenient), evaluate(e.den, known, lenient)
-        if n is None or d is None:
-            return None
-        if d <= 0:
-            if lenient:
-                return 0
-            raise ShapeMismatch(f"divisor {e.den!r} = {d} of {e!r} is not positive")
-        return n // d if isinstance(e, FloorDiv) else n % d
-    raise TypeError(f"cannot evaluate {e!r}")
+    return operands(e, _SLOTS if lenient else _SHAPES, known)
 
 
 # --- sources and steps ----------------------------------------------------------------------------

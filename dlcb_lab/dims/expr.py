@@ -22,6 +22,14 @@ node with the same hash (nothing may depend on ``id()`` of a dead node).
 Div/mod algebra. ``DIVMOD_RULES`` lists the rewrites applied, highest priority first, whenever a
 ``//`` or ``%`` is built; what none of them rewrites becomes a ``FloorDiv``/``Mod`` atom. Each rule
 is exact for positive divisors.
+
+One interpreter. ``interpret(e, domain, memo)`` is the only walker that gives an expression a value:
+a fold over the canonical form, generic over the value domain (``Ints`` here, for
+``Expr.evaluate`` and ``dims.bind.evaluate``; host-program registers, ``hostgen.program``; the names
+of kgen's index statements, ``kgen.infer``) and over the ``ZeroDivisor`` policy (``STRICT``
+raises, ``LENIENT`` gives 0, ``dims.bind`` raises ``ShapeMismatch``). ``memo`` holds known or
+already computed sub-expressions: a known atom is used as is, its operands never visited (kgen's
+host-computed params are such values too).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from ..display import Rich
 __all__ = [
     "Expr", "Lit", "Var", "Prod", "Sum", "FloorDiv", "Mod", "Shape",
     "lit", "var", "as_expr", "shape", "prod", "ExprLike", "DIVMOD_RULES",
+    "interpret", "operands", "Ints", "ZeroDivisor", "STRICT", "LENIENT",
 ]
 
 ExprLike = Union["Expr", int]
@@ -135,8 +144,10 @@ class Expr(Rich):
 
     # --- evaluation and conversion -----------------------------------------------------------
     def evaluate(self, env: Mapping[str, int]) -> int:
-        """Concrete value under ``env`` (variable name -> int). Raises KeyError on a free name."""
-        raise NotImplementedError
+        """Concrete value under ``env`` (variable name -> int): ``interpret`` over ``Ints``,
+        strict (a non-positive divisor raises ``ZeroDivisionError``). Raises KeyError on a free
+        name."""
+        return interpret(self, Ints(STRICT, env))
 
     def subs(self, mapping: Mapping["Expr", "Expr"]) -> "Expr":
         """Replace sub-expressions (usually ``Var``s) by expressions; result is canonical."""
@@ -180,9 +191,6 @@ class Lit(Expr):
 
     __slots__ = ("value",)
     _order = 0
-
-    def evaluate(self, env):
-        return self.value
 
     def is_lit(self, value=None):
         return value is None or self.value == value
@@ -232,9 +240,6 @@ class Var(Expr):
     __slots__ = ("name", "rank")
     _order = 1
 
-    def evaluate(self, env):
-        return env[self.name]
-
     def to_sympy(self):
         import sympy
 
@@ -269,12 +274,6 @@ class Prod(Expr):
 
     def children(self):
         return self.factors
-
-    def evaluate(self, env):
-        r = 1
-        for f in self.factors:
-            r *= f.evaluate(env)
-        return r
 
     def to_sympy(self):
         import sympy
@@ -319,12 +318,6 @@ class Sum(Expr):
     def children(self):
         return tuple(m for m, _ in self.terms)
 
-    def evaluate(self, env):
-        r = self.const
-        for m, c in self.terms:
-            r += c * m.evaluate(env)
-        return r
-
     def to_sympy(self):
         import sympy
 
@@ -360,13 +353,6 @@ class _DivMod(Expr):
 
     def children(self):
         return (self.num, self.den)
-
-    def evaluate(self, env):
-        d = self.den.evaluate(env)
-        if d <= 0:
-            raise ZeroDivisionError(f"{self!r}: divisor {self.den!r} = {d} is not positive")
-        n = self.num.evaluate(env)
-        return n // d if type(self) is FloorDiv else n % d
 
     def pretty(self, prec=0):
         s = f"{self.num.pretty(3)} {self._sym} {self.den.pretty(3)}"
@@ -801,3 +787,134 @@ _REBUILD: dict[str, Callable[..., Expr]] = {
     "Lit": lit, "Var": var, "Prod": prod, "Sum": _rebuild_sum, "FloorDiv": _rebuild_floordiv,
     "Mod": _rebuild_mod, "Shape": shape,
 }
+
+
+# --- the interpreter -----------------------------------------------------------------------------
+# One fold over the canonical form, generic over the value domain and the zero-divisor policy (as
+# JAX's ``shape_poly`` evaluates one expression over ints or tracers). Domains: ``Ints`` below
+# (``Expr.evaluate``; ``dims.bind.evaluate``, partial), the host program's registers
+# (``hostgen.program``) and kgen's index spellings (``kgen.infer``).
+
+class ZeroDivisor:
+    """A zero-divisor policy: what ``x // d`` and ``x % d`` are for ``d <= 0``, which the semantics
+    leaves undefined. Strict: raise ``error(message(e, d))``; lenient (``error`` None): 0, as for
+    launch slots (``dims.bind``). A domain that computes no value at fold time compiles the
+    policy instead (the host program: ``fdiv``/``mod``, which fail at run time, or
+    ``fdiv0``/``mod0``)."""
+
+    __slots__ = ("error", "message")
+
+    def __init__(self, error: type[Exception] | None = None,
+                 message: Callable[[Expr, int], str] | None = None) -> None:
+        self.error, self.message = error, message
+
+    @property
+    def lenient(self) -> bool:
+        return self.error is None
+
+    def __call__(self, e: Expr, d: int) -> int:
+        """The value of ``e`` (a ``FloorDiv``/``Mod``) whose divisor is ``d <= 0``."""
+        if self.error is None:
+            return 0
+        raise self.error(self.message(e, d))
+
+
+STRICT = ZeroDivisor(ZeroDivisionError,
+                     lambda e, d: f"{e!r}: divisor {e.den!r} = {d} is not positive")
+LENIENT = ZeroDivisor()
+
+
+def interpret(e: Expr, dom, memo: Mapping | None = None, write: bool = False):
+    """The value of ``e`` in domain ``dom``, bottom-up. ``memo`` (None: none) holds known or
+    already computed sub-expressions: ``memo[e]``, where present, is taken as is and ``e``'s
+    operands are not visited (a bound atom, a register, a kernel param); literals are not looked
+    up. ``write``: store each value computed in ``memo``.
+
+    A domain supplies ``lit(e)``, ``var(v)`` (a variable not in the memo), ``sum(e, const,
+    terms)`` (``terms``: ``(value, coeff)`` per monomial, in order), ``prod(e, factors)``,
+    ``floordiv(e, num, den)`` and ``mod(e, num, den)``. A domain value is never None: None is
+    *unknown* (``var`` of a variable no memo holds, under partial knowledge), and so is every
+    expression over it, without a domain operation."""
+    t = type(e)
+    if t is Lit:
+        return dom.lit(e)
+    if memo is not None:
+        hit = memo.get(e)
+        if hit is not None:
+            return hit
+    if t is Var:
+        v = dom.var(e)
+    elif t is Sum:
+        terms = []
+        for m, c in e.terms:
+            x = interpret(m, dom, memo, write)
+            if x is None:
+                return None
+            terms.append((x, c))
+        v = dom.sum(e, e.const, terms)
+    elif t is Prod:
+        factors = []
+        for f in e.factors:
+            x = interpret(f, dom, memo, write)
+            if x is None:
+                return None
+            factors.append(x)
+        v = dom.prod(e, factors)
+    elif t is FloorDiv or t is Mod:
+        num, den = interpret(e.num, dom, memo, write), interpret(e.den, dom, memo, write)
+        if num is None or den is None:
+            return None
+        v = dom.floordiv(e, num, den) if t is FloorDiv else dom.mod(e, num, den)
+    else:
+        raise TypeError(f"cannot evaluate {e!r}")
+    if write and v is not None:
+        memo[e] = v
+    return v
+
+
+def operands(e: Expr, dom, memo: dict, write: bool = False):
+    """``interpret`` with ``memo[e]`` itself hidden: ``e`` computed from its operands (a bound
+    atom checked against them)."""
+    have = memo.pop(e, None)
+    try:
+        return interpret(e, dom, memo, write)
+    finally:
+        if have is not None:
+            memo[e] = have
+
+
+class Ints:
+    """The domain of Python ints, with zero-divisor policy ``zero``. ``names``: variable name ->
+    value (a name it lacks raises KeyError); None: variables are known only through the memo, an
+    unknown one is None (partial knowledge, ``dims.bind``)."""
+
+    __slots__ = ("zero", "names")
+
+    def __init__(self, zero: ZeroDivisor = STRICT, names: Mapping[str, int] | None = None) -> None:
+        self.zero, self.names = zero, names
+
+    @staticmethod
+    def lit(e: Lit) -> int:
+        return e.value
+
+    def var(self, v: Var) -> int | None:
+        return None if self.names is None else self.names[v.name]
+
+    @staticmethod
+    def sum(e: Sum, const: int, terms: list) -> int:
+        for x, c in terms:
+            const += c * x
+        return const
+
+    @staticmethod
+    def prod(e: Prod, factors: list) -> int:
+        r = 1
+        for x in factors:
+            r *= x
+        return r
+
+    def floordiv(self, e: FloorDiv, n: int, d: int) -> int:
+        return n // d if d > 0 else self.zero(e, d)
+
+    def mod(self, e: Mod, n: int, d: int) -> int:
+        return n % d if d > 0 else self.zero(e, d)

@@ -13,7 +13,7 @@ from ..dims import Expr, Lit, Var, prod
 from ..dims.bind import evaluate
 from ..errors import ShapeError
 from ..ir.graph import Graph
-from ..ir.ops import reduced_extents
+from ..ir.ops import Ops, reduced_extents
 from .program import escape
 
 KINDS = {"check": "==", "nonneg": ">=", "positive": ">"}
@@ -96,7 +96,7 @@ def graph_guards(g: Graph) -> tuple[Guard, ...]:
                          f"!= {{want}}) from {escape(str(c.provenance))}",
                          describe((lhs, rhs), origins)))
     for n in g.nodes:
-        if n.op.name == "amax":
+        if n.op is Ops.amax:
             ext = reduced_extents(g, n)
             e = prod(ext)
             if isinstance(e, Lit) and e.value > 0:

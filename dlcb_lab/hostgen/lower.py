@@ -28,9 +28,9 @@ from ..dims.bind import BindPlan, Source, plan_binding
 from ..display import Rich
 from ..errors import BuildError, DLError, ShapeError
 from ..ir.graph import Graph, Value
-from ..ir.ops import Guarded, OpDef, linear_index
+from ..ir.ops import Guarded, OpDef, Ops, linear_index
 from ..kgen.abi import abi
-from ..kgen.emit import in_place_inputs
+from ..kgen.entries import in_place_inputs
 from ..kgen.kir import KernelBody
 from ..passes.partition import index_reads, steps as partition_steps
 from .guards import Guard, describe, dim_origins, graph_guards
@@ -86,7 +86,7 @@ class KernelLaunch:
     """The partition step (``Graph.partition.steps``) this launch is."""
     in_place: int | None = None
     """A buffer the output is written into: an operand the kernel reads only at the output's
-    own index (``emit.in_place_inputs``), of the output's dims and dtype, that dies at this
+    own index (``entries.in_place_inputs``), of the output's dims and dtype, that dies at this
     launch (``_in_place``)."""
 
 
@@ -422,13 +422,13 @@ def _in_place(g: Graph, steps: list[Step], frees: Sequence[tuple[int, ...]],
               buffers: Sequence[Value], kernels: Sequence[KernelBody]) -> list[Step]:
     """Each kernel launch writes its output into an operand buffer where that is safe and
     saves a buffer: the kernel reads the operand only at the output's own index
-    (``emit.in_place_inputs``), the operand has the output's dims and dtype, dies at the launch
+    (``entries.in_place_inputs``), the operand has the output's dims and dtype, dies at the launch
     (``frees``: never a graph output), and no other buffer may share its storage (a kernel's
     output, or a library call's other than an eager step's, which may return a view). Eager
     elementwise chains free their operand the same way (``relu_``, ``out += x``): a call's peak
     holds one buffer fewer at each such launch."""
     body = {kb.name: kb for kb in kernels}
-    fresh = {st.out for st in steps if isinstance(st, KernelLaunch) or st.op.name != "eager"}
+    fresh = {st.out for st in steps if isinstance(st, KernelLaunch) or st.op is not Ops.eager}
     out = []
     for st, fr in zip(steps, frees):
         kb = body.get(st.variants[0].name) if isinstance(st, KernelLaunch) else None

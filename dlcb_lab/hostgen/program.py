@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit
+from ..dims import Expr, FloorDiv, Lit, Mod, Var, interpret, lit, operands
 from ..dims.bind import Attainable, Bind, BindPlan, Check, Consistent
 from ..display import Rich
 from ..errors import ShapeError, ShapeMismatch
@@ -263,6 +263,7 @@ class HostBuilder:
         """Divisions by a non-positive value give 0 instead of failing: set while computing a
         kernel's launch slots, which matter only when the kernel has elements (a zero divisor in
         its index arithmetic is an extent of a value with no elements)."""
+        self.registers = Registers(self)
 
     def emit(self, op: str, a: int = 0, b: int = 0) -> int:
         d = self.n
@@ -312,11 +313,8 @@ class HostBuilder:
                         r = self.emit("fdiv", r, coef)
                 self.bind(st.target, r)
             elif isinstance(st, Consistent):
-                have = self.env.pop(st.target)
-                try:
-                    got = self.expr(st.target)
-                finally:
-                    self.env[st.target] = have
+                have = self.env[st.target]
+                got = operands(st.target, self.registers, self.env, True)
                 head = (f"size {{got}} != {st.target!r}" if st.target is s.expr else
                         f"size gives {st.target!r} = {{got}}, but {st.target!r}")
                 self.guard("check", f"{s.label}: {head} = {{want}}"
@@ -333,32 +331,8 @@ class HostBuilder:
         self.instrs.append(Instr(op, len(self.messages) - 1, a, b))
 
     def expr(self, e: Expr) -> int:
-        hit = self.env.get(e)
-        if hit is not None:
-            return hit
-        if isinstance(e, Lit):
-            r = self.emit("const", e.value)
-        elif isinstance(e, Var):
-            raise ShapeError(f"dimension {e.name} is not bound by any input axis")
-        elif isinstance(e, Prod):
-            r = self.expr(e.factors[0])
-            for f in e.factors[1:]:
-                r = self.emit("mul", r, self.expr(f))
-        elif isinstance(e, Sum):
-            r = self.expr(lit(e.const)) if e.const else None
-            for m, c in e.terms:
-                t = self.expr(m)
-                if c != 1:
-                    t = self.emit("mul", t, self.expr(lit(c)))
-                r = t if r is None else self.emit("add", r, t)
-        elif isinstance(e, FloorDiv):
-            r = self.emit("fdiv0" if self.lenient else "fdiv", self.expr(e.num), self.expr(e.den))
-        elif isinstance(e, Mod):
-            r = self.emit("mod0" if self.lenient else "mod", self.expr(e.num), self.expr(e.den))
-        else:
-            raise TypeError(f"host program cannot compute {e!r}")
-        self.env[e] = r
-        return r
+        """The register holding ``e`` (``dims.interpret`` over ``Registers``, memo ``env``)."""
+        return interpret(e, self.registers, self.env, True)
 
     def maximum(self, exprs: Sequence[Expr]) -> int:
         """Register holding the maximum of ``exprs`` (literals folded first)."""
@@ -386,6 +360,46 @@ class HostBuilder:
             regs[r] = regs[r] or repr(e)
         return HostProgram(tuple(self.instrs), tuple(self.messages), dict(self.slots), self.n,
                            self.n_args, tuple(self.arg_names), tuple(regs))
+
+
+class Registers:
+    """The host program's domain of ``dims.interpret``: an expression's value is the register
+    holding it, each node one instruction (``HostBuilder.env`` is the memo: bound dims, and every
+    node, literals included, computed once). The zero-divisor policy is compiled: ``fdiv``/``mod``
+    fail at run time; under ``HostBuilder.lenient`` (launch slots) ``fdiv0``/``mod0`` give 0."""
+
+    def __init__(self, hb: HostBuilder) -> None:
+        self.hb = hb
+
+    def lit(self, e: Lit) -> int:
+        r = self.hb.env.get(e)
+        if r is None:
+            r = self.hb.env[e] = self.hb.emit("const", e.value)
+        return r
+
+    def var(self, v: Var) -> int:
+        raise ShapeError(f"dimension {v.name} is not bound by any input axis")
+
+    def sum(self, e: Expr, const: int, terms: list) -> int:
+        hb = self.hb
+        r = hb.expr(lit(const)) if const else None
+        for t, c in terms:
+            if c != 1:
+                t = hb.emit("mul", t, hb.expr(lit(c)))
+            r = t if r is None else hb.emit("add", r, t)
+        return r
+
+    def prod(self, e: Expr, factors: list) -> int:
+        r = factors[0]
+        for f in factors[1:]:
+            r = self.hb.emit("mul", r, f)
+        return r
+
+    def floordiv(self, e: Expr, num: int, den: int) -> int:
+        return self.hb.emit("fdiv0" if self.hb.lenient else "fdiv", num, den)
+
+    def mod(self, e: Expr, num: int, den: int) -> int:
+        return self.hb.emit("mod0" if self.hb.lenient else "mod", num, den)
 
 
 _ZERO, _ONE = lit(0), lit(1)

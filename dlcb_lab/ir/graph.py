@@ -10,11 +10,12 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
+from ..config import Config
 from ..dims import Expr, Lit, Provenance, Shape, Solver, Var, as_expr, shape, var
 from ..display import Rich
 from ..errors import DLError, ShapeError
 from .dtypes import dtype_of
-from .ops import OPS, OpDef, OpKind, data_and_index, infer_dtypes, is_scalar
+from .ops import OpDef, OpKind, data_and_index, infer_dtypes, is_scalar
 
 
 @dataclass(eq=False)
@@ -70,6 +71,9 @@ class Graph(Rich):
     materialize: set[int] = field(default_factory=set)
     layouts: dict[str, Any] = field(default_factory=dict)   # set by passes.assign_layouts
     partition: Any = None                                   # set by passes.partition
+    config: Config = field(default_factory=Config)
+    """The compile's switches (``dlcb_lab.config``; set by ``passes.run_passes``), which the
+    passes read."""
     examples: dict[str, int] = field(default_factory=dict)
     """Dim name -> its size in the compile's example inputs (the bridge: which piece of a
     piecewise size rule, a negative slice bound say, the compile takes)."""
@@ -113,7 +117,8 @@ class Graph(Rich):
             prov = Provenance(node, "", detail, where)
         return self.solver.add(lhs, rhs, prov)
 
-    def require(self, e: Expr | int, node: Node | str, detail: str, where: str = "") -> None:
+    def require(self, e: Expr | int, node: Node | str | Provenance, detail: str,
+                where: str = "") -> None:
         """``e >= 0`` for every admitted shape (a slice within its axis, a window within its
         padded extent). A literal is checked now (``ShapeError``); otherwise the host program
         checks it before any launch."""
@@ -122,15 +127,21 @@ class Graph(Rich):
             if e.value < 0:
                 raise ShapeError(f"{detail}: fails ({e.value} < 0)")
             return
-        prov = Provenance(node.op.name, node.out.name, detail, node.where) if isinstance(
-            node, Node) else Provenance(node, "", detail, where)
+        if isinstance(node, Provenance):   # a caller's own kind (``bridge.guards.TracedGuard``)
+            prov = node
+        elif isinstance(node, Node):
+            prov = Provenance(node.op.name, node.out.name, detail, node.where)
+        else:
+            prov = Provenance(node, "", detail, where)
         self.requirements.append((e, prov))
 
-    def apply(self, opname: str, *inputs: Any, name: str | None = None, where: str = "",
+    def apply(self, op: OpDef, *inputs: Any, name: str | None = None, where: str = "",
               insert_before: Node | None = None, **attrs: Any) -> Value:
-        """Append ``opname(*inputs, **attrs)`` (a pass: insert it before ``insert_before``); its
-        constraints are solved immediately. Errors name the op, ``name`` and ``where``."""
-        op = OPS[opname]
+        """Append ``op(*inputs, **attrs)`` (``op`` an ``ir.ops.O`` constant; a pass: insert it
+        before ``insert_before``); its constraints are solved immediately. Errors name the op,
+        ``name`` and ``where``."""
+        if not isinstance(op, OpDef):
+            raise TypeError(f"Graph.apply takes an OpDef (ir.ops.Ops.<name>), not {op!r}")
         vid = self._new_id()
         name = name or f"v{vid}"
         try:
@@ -145,7 +156,7 @@ class Graph(Rich):
             dtype_of(out.dtype)
             out.shape = op.infer(self, node)
         except DLError as err:
-            raise err.locate(opname, name, where) from None
+            raise err.locate(op.name, name, where) from None
         out.producer = node
         self._place(node, insert_before)
         return out
@@ -153,14 +164,16 @@ class Graph(Rich):
     def _place(self, node: Node, before: Node | None) -> None:
         self.nodes.insert(len(self.nodes) if before is None else self.nodes.index(before), node)
 
-    def restate(self, node: Node, opname: str, inputs: tuple, attrs: Mapping[str, Any],
+    def restate(self, node: Node, op: OpDef, inputs: tuple, attrs: Mapping[str, Any],
                 dims: Iterable[Expr], name: str) -> Value:
-        """Insert, before ``node``, ``opname(*inputs, **attrs)`` computing what ``node`` computes
+        """Insert, before ``node``, ``op(*inputs, **attrs)`` computing what ``node`` computes
         on re-arranged operands, with result shape ``dims`` (``node``'s, re-arranged) and
         ``node``'s dtypes and source line; no constraint is added: the solver checked ``node``
         already (a pass re-expressing it, ``passes.channels_last``)."""
+        if not isinstance(op, OpDef):
+            raise TypeError(f"Graph.restate takes an OpDef (ir.ops.Ops.<name>), not {op!r}")
         out = Value(self._new_id(), name, shape(dims), node.out.dtype)
-        out.producer = Node(len(self.nodes), OPS[opname], tuple(inputs), dict(attrs), out,
+        out.producer = Node(len(self.nodes), op, tuple(inputs), dict(attrs), out,
                             node.where, node.compute_dtype)
         self._place(out.producer, node)
         return out

@@ -5,7 +5,7 @@ Every entry point (both index widths, both variants, both backends) takes
     out, in0, in1, ..., numel, <int params>..., <divisors>...
 
 ``out`` and ``inN`` are flat buffers (``out`` written, the inputs read, ``__restrict__`` on CUDA
-but for an input ``out`` may overwrite, ``emit.in_place_inputs``) of the kernel's dtypes;
+but for an input ``out`` may overwrite, ``entries.in_place_inputs``) of the kernel's dtypes;
 ``numel`` is the number of output elements (threads, or blocks for the block-per-output variant);
 the int params are the dims the kernel needs at run time, each the value of a dimension
 expression the host program computes; a divisor param holds ``magic(d)`` for a

@@ -3,10 +3,11 @@
 ``cuda``: CUDA C++. A thread-per-output kernel walks its outputs in a grid-stride loop; a
 cooperative (block-per-output) reduction kernel splits the reduced range over the block's threads
 and combines with warp shuffles. Named dims and host-computed residual dims are ``long long``
-parameters; literals stay literals, so NVRTC strength-reduces their ``/`` and ``%``. Each kernel
-has a 64-bit and a 32-bit index-arithmetic entry point (see ``cuda_kernel``).
+parameters; literals stay literals, so NVRTC strength-reduces their ``/`` and ``%``. Each variant
+is one body template and an ``extern "C"`` function per entry point ``kgen.entries`` describes
+(index width, outputs per thread or group: see ``cuda_kernel``).
 ``cpu``: a numba ``@njit`` function, one ``prange`` iteration per CUDA thread, compiled eagerly
-for an explicit signature. ``parallel=True`` (``DLCB_NUMBA_PARALLEL=1``) runs the iterations on
+for an explicit signature. ``parallel=True`` (``Config.numba_parallel``) runs the iterations on
 all cores but costs about 6x the compile time (some 2 s per kernel), so it is off by default.
 The text each language needs beyond structure (preludes, each elementwise op's spelling) lives in
 ``kgen.spellings``.
@@ -17,7 +18,6 @@ once in ``kgen.abi``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from functools import singledispatchmethod
 from typing import Sequence
@@ -25,10 +25,10 @@ from typing import Sequence
 import torch
 
 from ..ir.dtypes import F64, DType, dtype_of
-from .abi import abi
-
-BOOL = dtype_of(torch.bool)
 from ..ir.ops import Combine, Reduction, RowKind
+from .abi import abi
+from .entries import (NARROW, ROW_CACHE, EntryPoint, entries, in_place_inputs, variant_entries,
+                      warp_cache)
 from .kir import (AccInit, Accumulate, BlockReduce, Compute, DivMod, Finish, IdxCast, IdxClamp,
                   IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref,
                   RowAccumulate, RowCombine, RowInit, RowOutput, RowStats, Select, Store, StoreAt)
@@ -36,87 +36,10 @@ from .spellings import CUDA_PRELUDE, PY_PRELUDE, check_spellings, spelling
 
 check_spellings()   # every registered elementwise op is spelled in both languages
 
-NUMBA_PARALLEL = os.environ.get("DLCB_NUMBA_PARALLEL", "0") == "1"
+BOOL = dtype_of(torch.bool)
 
-NARROW = "_i32"
-"""Suffix of a kernel's 32-bit-index entry point (valid while every index bound fits in int32)."""
 WIDTHS = ("", NARROW)
-"""The entry points' index widths as name suffixes: 64-bit (``""``), 32-bit (``NARROW``)."""
-VECTOR = "_v"
-"""Suffix of a kernel's vectorized entry point (32-bit index arithmetic, ``vector_width`` outputs
-per thread; paper §4.5). Emitted beside ``NARROW`` where the kernel has one."""
-VECTOR_BYTES = 16
-"""Output bytes per thread of a vectorized entry point (one 128-bit store)."""
-WARP = "_w"
-"""Suffix of a block-per-output kernel's warp-per-output entry point (32-bit index arithmetic,
-``blockDim.x / 32`` outputs per block, the reduction over one warp's shuffles: no shared memory,
-no block barrier). Emitted beside ``NARROW``; the launcher takes it for reduced extents up to
-``32 * warp_cache(k)`` (``runtime.launchers.WARP_MAX`` for a row of runtime extent)."""
-
-_ELEMENTWISE = (IdxSum, IdxProd, IdxDivMod, IdxCast, IdxClamp, Pred, Load, Select, Compute, Store)
-
-
-def vector_width(k: KernelBody) -> int:
-    """Consecutive outputs per thread of ``k``'s vectorized entry point, or 1 where it has none.
-    One thread-per-output kernel whose every statement is per element (no loop, reduction or
-    scattered store) gets one: ``VECTOR_BYTES`` of output (at most 8 elements). Each thread
-    computes its outputs' coordinates as the scalar kernel does; the store, and each load at the
-    output's own index (``vector_loads``), move as one aligned vector."""
-    if k.cooperative or not all(isinstance(s, _ELEMENTWISE) for s in k.stmts):
-        return 1
-    return max(1, min(8, VECTOR_BYTES // k.dtype.torch.itemsize))
-
-
-def vector_loads(k: KernelBody) -> tuple[int, ...]:
-    """Inputs of ``k`` its vectorized entry point reads as vectors: those loaded, unpredicated,
-    at the output's own index ``t`` (an elementwise operand of the output's shape)."""
-    return tuple(sorted({s.buf for s in k.stmts
-                         if isinstance(s, Load) and s.index == "t" and not s.pred}))
-
-
-def in_place_inputs(k: KernelBody) -> tuple[int, ...]:
-    """Inputs of ``k`` its output may overwrite (the launch plan writes the output into such an
-    input's buffer where that buffer dies at the launch: ``hostgen.lower``). ``k`` is one
-    thread-per-output kernel of per-element statements (``vector_width``'s condition), and
-    every load of the input is unpredicated at the output's own index ``t``, in the output's
-    dtype: each element is read only by the thread that writes it, before it writes it. Their
-    pointers and ``out`` are not ``__restrict__``."""
-    if k.variant is not None or k.cooperative or \
-            not all(isinstance(s, _ELEMENTWISE) for s in k.stmts):
-        return ()
-    loads = [s for s in k.stmts if isinstance(s, Load)]
-    other = {s.buf for s in loads if s.index != "t" or s.pred}
-    return tuple(sorted({s.buf for s in loads if s.buf not in other and
-                         k.inputs[s.buf].dtype == k.out.dtype}))
-
-
-def warp_rows(k: KernelBody) -> bool:
-    """Whether block-per-output kernel ``k`` reads rows, not columns: no load in its cooperative
-    loops steps by more than one element per step of the loop variable (its index a sum with
-    another coefficient on the variable, or a product of it), so a warp per output beats a thread
-    per output whatever the outputs. A read the index arithmetic leaves unproven (div/mod-split,
-    gathered) counts as a row: reductions over the innermost axis are the common case, and a
-    reshaped row (``x.reshape(N, -1, C)`` of an NCHW tensor) is one. A nested loop counts as
-    columns."""
-    loops = [s for s in k.stmts if isinstance(s, Loop)]
-    return k.cooperative and bool(loops) and not any(_strided(s) for s in loops)
-
-
-def _strided(loop: Loop) -> bool:
-    for s in loop.body:
-        if isinstance(s, Loop) or isinstance(s, IdxProd) and loop.var in s.factors:
-            return True
-        if isinstance(s, IdxSum) and any(n == loop.var and abs(c) != 1 for c, n in s.terms):
-            return True
-    return False
-
-
-def entry_suffixes(k: KernelBody, widths: Sequence[str] = WIDTHS) -> list[str]:
-    """The suffixes of ``widths`` that ``k`` has an entry point for: ``VECTOR`` where
-    ``vector_width(k)`` exceeds 1, ``WARP`` where ``k`` is block per output, the index widths
-    always."""
-    return [w for w in widths if (w != VECTOR or vector_width(k) > 1)
-            and (w != WARP or k.cooperative)]
+"""The entry points a module has by default: both index widths (``kgen.entries``)."""
 
 
 def all_variants(kernels: Sequence[KernelBody]) -> list[KernelBody]:
@@ -493,13 +416,13 @@ def _split_fold(s: Loop) -> tuple[Accumulate, DType] | None:
 
 
 class _CudaVector(_Cuda):
-    """The per-element statements of one of a thread's ``vector_width`` outputs (``j``): loads at
-    ``t`` read lane ``j`` of the vector loaded before the lane loop, the store writes lane ``j``
-    of the output vector."""
+    """The per-element statements of one of a thread's ``per`` outputs (``j``) in a vectorized
+    entry point: loads at ``t`` of the inputs it reads as vectors (``vectors``) read lane ``j`` of
+    the vector loaded before the lane loop, the store writes lane ``j`` of the output vector."""
 
-    def __init__(self, k: KernelBody):
+    def __init__(self, k: KernelBody, vectors: set[int]):
         super().__init__(k)
-        self.vectors = set(vector_loads(k))
+        self.vectors = vectors
 
     def load(self, s: Load) -> str:
         return f"vin{s.buf}.v[j]" if s.buf in self.vectors and s.index == "t" and not s.pred \
@@ -507,57 +430,6 @@ class _CudaVector(_Cuda):
 
     def store(self, value: str) -> str:
         return f"vout.v[j] = {value};"
-
-
-ROW_CACHE = 16
-"""Row elements per thread a group-per-row kernel keeps in registers: a row of at most
-``ROW_CACHE * gsize`` elements (4096 for a block of 256 threads, 512 for a warp) is read from
-memory once, its second pass reading the registers; a longer row is read twice. The warp entry
-point of a row of literal extent keeps ``warp_cache`` elements a lane instead."""
-WARP_ROW_MAX = 1024
-"""Longest literal row a warp per output keeps in registers (``warp_cache``: 32 elements a lane).
-A block per row of 768 (BERT's and GPT-2's layer norms) held 256 threads through eight block
-barriers for three elements each, three blocks resident per SM: on the H200, 163 us per layer
-norm at 32x512, a fourth of the bandwidth a warp per row reaches."""
-
-
-def caches_row(k: KernelBody) -> bool:
-    """Whether block-per-output kernel ``k`` keeps its row in registers between passes (a
-    normalization or softmax: ``_row_passes``); a plain reduction (sum, mean, max) keeps none."""
-    return any(isinstance(s, RowInit) for s in k.stmts)
-
-
-HALF_ROW_MAX = 64
-"""Longest literal reduced extent whose warp entry point runs 16 lanes per output, two outputs a
-warp (``group_lanes``): 32 lanes per row of 49 (Swin-T's window softmax) held one or two elements
-each, 67 % of a device copy's rate on the H100, where eager's kernel does two rows a warp."""
-
-
-def _literal_extent(k: KernelBody) -> int | None:
-    """The reduced extent of block-per-output kernel ``k`` where it is a literal, else None."""
-    loop = next((s for s in k.stmts if isinstance(s, Loop)), None)
-    return int(loop.extent) if loop is not None and loop.extent.isdigit() else None
-
-
-def group_lanes(k: KernelBody) -> int:
-    """Lanes per output of the warp entry point of block-per-output kernel ``k`` (its template
-    argument ``G``): 16 where the reduced extent is a literal up to ``HALF_ROW_MAX``, else 32."""
-    e = _literal_extent(k)
-    return 16 if e is not None and e <= HALF_ROW_MAX else 32
-
-
-def warp_cache(k: KernelBody) -> int:
-    """Row elements per lane the warp entry point of block-per-output kernel ``k`` keeps in
-    registers: for a normalization or softmax row (``_row_passes`` caches those) of literal
-    extent ``E`` up to ``WARP_ROW_MAX``, ``ceil(E / group_lanes(k))`` (no unrolled stride past
-    the row's end), else ``ROW_CACHE``; ``group_lanes(k) * warp_cache(k)`` is the longest
-    reduced extent its launcher runs as a warp entry point whatever the outputs (a plain row
-    reduction takes one at any extent where the outputs are many:
-    ``runtime.launchers.WARPS_PER_SM``)."""
-    e = _literal_extent(k)
-    if e is not None and caches_row(k) and e <= WARP_ROW_MAX:
-        return max(1, -(-e // group_lanes(k)))
-    return ROW_CACHE
 
 
 class _CudaRowCached(_Cuda):
@@ -645,10 +517,11 @@ def _row_passes(k: KernelBody, ind: str) -> list[str]:
         plain.block(k.stmts[first:], inner) + [f"{ind}}}"]
 
 
-def _vector_body(k: KernelBody, params: list[str]) -> list[str]:
-    """``name_vbody<I>``: ``vector_width(k)`` consecutive outputs per thread, ``numel`` a multiple
-    of it and every vector access aligned (the launcher checks both)."""
-    w, a = vector_width(k), abi(k)
+def _vector_body(k: KernelBody, params: list[str], e: EntryPoint) -> list[str]:
+    """``name_vbody<I>`` of vectorized entry point ``e``: ``e.per`` consecutive outputs per
+    thread, ``numel`` a multiple of it and every vector access aligned (the launcher checks
+    both); the inputs ``e.loads`` lists are read as vectors."""
+    w, a, vectors = e.per, abi(k), [b for b, _ in e.loads]
     vec = {p.name: f"dlcb_vec<{p.dtype.ctype}, {w}>" for p in a.buffers}
     lines = ["template <typename I>", f"__device__ __forceinline__ void {k.name}_vbody("
              f"{', '.join(params)}) {{",
@@ -656,19 +529,20 @@ def _vector_body(k: KernelBody, params: list[str]) -> list[str]:
              f"  const I nv = numel / {w};",
              "  for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < nv; u += step) {"]
     lines += [f"    const {vec[f'in{b}']} vin{b} = reinterpret_cast<const {vec[f'in{b}']}*>"
-              f"(in{b})[u];" for b in vector_loads(k)]
+              f"(in{b})[u];" for b in vectors]
     lines += [f"    {vec['out']} vout;", "    #pragma unroll",
               f"    for (int j = 0; j < {w}; ++j) {{", f"      const I t = u * {w} + j;"]
-    lines += _CudaVector(k).block(k.stmts, "      ")
+    lines += _CudaVector(k, set(vectors)).block(k.stmts, "      ")
     return lines + ["    }", f"    reinterpret_cast<{vec['out']}*>(out)[u] = vout;", "  }", "}"]
 
 
 def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
-    """The kernel body as a template over the index type ``I`` and, per suffix of ``widths`` it
-    has (``entry_suffixes``), an entry point with the same ``long long`` parameters: ``name``
-    (64-bit index arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the
-    launcher uses it when every index bound fits); ``name_v`` (a 32-bit vectorized body) and
-    ``name_w`` (a block-per-output body run by ``group_lanes`` lanes of a warp per output). A
+    """The kernel body as a template over the index type ``I`` and, per entry point it has among
+    the suffixes ``widths`` (``kgen.entries.variant_entries``), an ``extern "C"`` function with
+    the same ``long long`` parameters calling it at the entry's index type: ``name`` (64-bit
+    index arithmetic) and ``name_i32`` (32-bit, much cheaper ``/`` and ``%``; the launcher uses
+    it when every index bound fits); ``name_v`` (a 32-bit vectorized body) and ``name_w`` (a
+    block-per-output body run by ``EntryPoint.lanes`` lanes of a warp per output). A
     block-per-output body is also a template over ``G``, its group of threads per output: the
     block (0) or ``G`` lanes of a warp."""
     a = abi(k)
@@ -699,32 +573,30 @@ def cuda_kernel(k: KernelBody, widths: Sequence[str] = WIDTHS) -> str:
                         "  const I step = (I)gridDim.x * blockDim.x;",
                         "  for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < numel; "
                         "t += step) {"]
-    widths = entry_suffixes(k, widths)
     lines += _row_passes(k, "    ")
     lines += ["  }", "}"]
-    if VECTOR in widths:
-        lines += _vector_body(k, params)
+    chosen = variant_entries(k, 0, widths)
+    lines += [ln for e in chosen if e.vector for ln in _vector_body(k, params, e)]
     sig = ", ".join(bufs + [f"long long {n}" for n in ints])
-    for suffix in widths:
-        ty = "long long" if suffix == "" else "int"
-        args = ", ".join(names + [n if ty == "long long" or n in wide else f"(int){n}"
+    for e in chosen:
+        args = ", ".join(names + [f"(int){n}" if e.narrow and n not in wide else n
                                   for n in ints])
-        body = "_vbody" if suffix == VECTOR else "_body"
-        targs = f"{ty}, {group_lanes(k) if suffix == WARP else 0}" if k.cooperative else ty
-        lines += [f'extern "C" __global__ void {k.name}{suffix}({sig}) {{',
+        body = "_vbody" if e.vector else "_body"
+        targs = f"{e.index_type}, {e.lanes}" if k.cooperative else e.index_type
+        lines += [f'extern "C" __global__ void {e.name}({sig}) {{',
                   f"  {k.name}{body}<{targs}>({args});", "}"]
     return "\n".join(lines)
 
 
 def entry_points(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> list[str]:
-    """The ``extern "C"`` kernel names of a module (every variant at each of ``widths`` it has:
-    ``entry_suffixes``)."""
-    return [k.name + s for k in all_variants(kernels) for s in entry_suffixes(k, widths)]
+    """The ``extern "C"`` kernel names of a module (every variant's entry points among the
+    suffixes ``widths``: ``kgen.entries.entries``)."""
+    return [e.name for k in kernels for e in entries(k, widths)]
 
 
 def cuda_module(kernels: Sequence[KernelBody], widths: Sequence[str] = WIDTHS) -> str:
-    """One translation unit for the kernels and their variants at the index ``widths`` (one NVRTC
-    call); compiles alone."""
+    """One translation unit for the kernels and their variants, with their entry points among the
+    suffixes ``widths`` (one NVRTC call); compiles alone."""
     return CUDA_PRELUDE + "\n" + "\n\n".join(cuda_kernel(k, widths)
                                               for k in all_variants(kernels)) + "\n"
 
@@ -826,12 +698,12 @@ def _has_max(stmts) -> bool:
                isinstance(s, Accumulate) and s.red.combine is Combine.MAX for s in stmts)
 
 
-def numba_kernel(k: KernelBody) -> str:
-    """The numba function; a kernel with a max reduction compiles with LLVM's loop vectorizer
-    off (``runtime.numba_cpu.unvectorized``)."""
+def numba_kernel(k: KernelBody, parallel: bool = False) -> str:
+    """The numba function (``parallel``: numba's, ``Config.numba_parallel``); a kernel with a max
+    reduction compiles with LLVM's loop vectorizer off (``runtime.numba_cpu.unvectorized``)."""
     jit = "_njit_unvectorized" if _has_max(k.stmts) else "njit"
     lines = _header(k, "#") + [
-        f'@{jit}("{numba_signature(k)}", parallel={NUMBA_PARALLEL}, cache=True, '
+        f'@{jit}("{numba_signature(k)}", parallel={parallel}, cache=True, '
         f'error_model="numpy")',
         f"def {k.name}({', '.join(param_names(k))}):",
         "    for t in prange(numel):",
@@ -840,5 +712,5 @@ def numba_kernel(k: KernelBody) -> str:
     return "\n".join(lines)
 
 
-def numba_module(kernels: Sequence[KernelBody]) -> str:
-    return PY_PRELUDE + "\n\n" + "\n\n\n".join(numba_kernel(k) for k in kernels) + "\n"
+def numba_module(kernels: Sequence[KernelBody], parallel: bool = False) -> str:
+    return PY_PRELUDE + "\n\n" + "\n\n\n".join(numba_kernel(k, parallel) for k in kernels) + "\n"

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, lit, prod, simplify_bounded, var
+from ..dims import Expr, FloorDiv, Lit, Mod, Prod, Sum, Var, interpret, lit, prod, simplify_bounded, \
+    var
 from ..dims.bounds import Bounds, lower, nonneg, nonneg_quotients, positive, upper
 from ..errors import DLError
 from ..ir.dtypes import F32, F64, I64, dtype_of
@@ -75,6 +76,7 @@ class _Builder:
         self.pred_vars: dict[str, frozenset[str]] = {"": frozenset()}
         self.simplified: dict[Expr, Expr] = {}   # one memo per kernel: a variable's bound is set
         #   once, before any expression over it is simplified
+        self.spelling = IndexSpelling(self)
 
     def simplify(self, e: Expr) -> Expr:
         """``e`` simplified under the coordinate bounds (``dims.bounds``), memoized."""
@@ -116,37 +118,12 @@ class _Builder:
         return self.divisors.setdefault(d, f"dv{len(self.divisors)}")
 
     def index(self, e: Expr) -> str:
-        """Name (or literal / param spelling) holding ``e``; each node is emitted once per scope.
-        Output coordinates are spelled through the thread index (they have no statements)."""
+        """Name (or literal / param spelling) holding ``e`` (``dims.interpret`` over
+        ``IndexSpelling``); each node is emitted once per scope. Output coordinates are spelled
+        through the thread index (they have no statements)."""
         if e.free_vars & self.coord_names:
             e = self.simplify(e.subs(self.coord_defs))
-        if isinstance(e, Lit):
-            return str(e.value) if e.value >= 0 else f"({e.value})"
-        if isinstance(e, Var):
-            return code_name(e) if e.name in self.bounds else self.param(e)
-        if not (e.free_vars & self.bounds.keys()) and not _is_poly_of_vars(e):
-            return self.param(e)  # host-computed (contains // or % of runtime dims)
-        hit = self.lookup(e)
-        if hit is not None:
-            return hit
-        if isinstance(e, Sum):
-            terms = tuple((c, self.index(m)) for m, c in e.terms)
-            stmt = IdxSum(self.tmp("i"), e.const, terms, e)
-        elif isinstance(e, Prod):
-            factors = tuple(self.index(f) for f in e.factors)
-            stmt = IdxProd(self.tmp("i"), factors, e)
-        else:
-            op = DivMod.FLOORDIV if isinstance(e, FloorDiv) else DivMod.MOD
-            num, den = self.index(e.num), self.index(e.den)
-            floor = needs_floor(e, self.bounds)
-            stmt = IdxDivMod(self.tmp("i"), op, num, den, floor, e,
-                             "" if floor else self.divisor(e.den))
-        name = stmt.name
-        self.index_exprs.append(e)
-        scope = self.scope_for(e.free_vars)
-        scope.stmts.append(stmt)
-        scope.memo[e] = name
-        return name
+        return interpret(e, self.spelling, self.spelling)
 
     # -- guards ------------------------------------------------------------------------------------
     def guard(self, guards: tuple[Guard, ...]) -> str:
@@ -538,6 +515,57 @@ _TRANSFORM_KINDS = {"reshape": "reshape (div/mod)", "permute": "permute", "slice
 """``transform_kind`` by op name, then by op kind."""
 
 
+class IndexSpelling:
+    """kgen's domain of ``dims.interpret``: an index expression's value is the name (literal,
+    param) holding it in the kernel; each composite node one statement (``IdxSum``, ``IdxProd``,
+    ``IdxDivMod``, spelled per language by ``kgen.emit``) in the innermost scope it depends on.
+    The memo (``get``) is what the kernel has before computing a node: the statements of the
+    scope chain (a node is emitted once per scope) and the host-computed params (a node over
+    runtime dims only that holds a ``//`` or ``%``). Divisors in a kernel are positive where it
+    has elements, so no zero-divisor policy applies."""
+
+    def __init__(self, b: "_Builder") -> None:
+        self.b = b
+
+    def get(self, e: Expr) -> str | None:
+        if not (e.free_vars & self.b.bounds.keys()) and not _is_poly_of_vars(e):
+            return self.b.param(e)   # host-computed (contains // or % of runtime dims)
+        return self.b.lookup(e)
+
+    @staticmethod
+    def lit(e: Lit) -> str:
+        return str(e.value) if e.value >= 0 else f"({e.value})"
+
+    def var(self, v: Var) -> str:
+        return code_name(v) if v.name in self.b.bounds else self.b.param(v)
+
+    def sum(self, e: Expr, const: int, terms: list) -> str:
+        terms = tuple((c, n) for n, c in terms)
+        return self.emit(IdxSum(self.b.tmp("i"), const, terms, e))
+
+    def prod(self, e: Expr, factors: list) -> str:
+        return self.emit(IdxProd(self.b.tmp("i"), tuple(factors), e))
+
+    def floordiv(self, e: Expr, num: str, den: str) -> str:
+        return self.divmod(e, DivMod.FLOORDIV, num, den)
+
+    def mod(self, e: Expr, num: str, den: str) -> str:
+        return self.divmod(e, DivMod.MOD, num, den)
+
+    def divmod(self, e: Expr, op: DivMod, num: str, den: str) -> str:
+        floor = needs_floor(e, self.b.bounds)
+        return self.emit(IdxDivMod(self.b.tmp("i"), op, num, den, floor, e,
+                                   "" if floor else self.b.divisor(e.den)))
+
+    def emit(self, stmt) -> str:
+        e = stmt.expr
+        self.b.index_exprs.append(e)
+        scope = self.b.scope_for(e.free_vars)
+        scope.stmts.append(stmt)
+        scope.memo[e] = stmt.name
+        return stmt.name
+
+
 def _is_poly_of_vars(e: Expr) -> bool:
     """True when ``e`` is a polynomial in plain variables (cheap to compute in-kernel)."""
     if isinstance(e, (Lit, Var)):
@@ -583,7 +611,8 @@ does for every comparison (a bool output); mul and div compute with the float as
 and so do add and sub on CUDA (CPU eager rounds theirs: one unit in the last place apart)."""
 
 BOUND_SLACK = 1 << 10
-"""An index bound within this of another one is dropped (``NARROW_LIMIT`` leaves room for it)."""
+"""An index bound within this of another one is dropped (``entries.NARROW_LIMIT`` leaves room
+for it)."""
 
 
 def index_bounds(exprs: list[Expr], b: Bounds) -> tuple[Expr, ...]:

@@ -1,18 +1,16 @@
 """What each language spells, as text: the prelude (the helpers generated code calls) and the scalar
-code of every elementwise op, one table per language keyed by op name, beside the prelude that
-defines the helpers it calls (as tinygrad's renderers own ``code_for_op``). The IR op
-(``ir/ops/elementwise.py``) keeps only its semantics; ``emit.py`` walks the kernel IR and looks
-spellings up here.
+code of every elementwise op, one table per language keyed by op name (``CUDA_OPS``, ``PY_OPS``),
+derived from the ops' rows in ``ir/ops/elementwise.py`` (``OpDef.cuda``, ``OpDef.numba``: an op's
+spellings sit beside its semantics, so adding one is one row); ``emit.py`` walks the kernel IR and
+looks spellings up here.
 
 A spelling is a ``str.format`` template over the operand spellings ``{0}, {1}, ...`` (already in
-the op's compute dtype) and ``{z}`` (zero in the compute dtype); NaN semantics follow torch.
-
-Adding an elementwise op: register its semantics in ``ir/ops/elementwise.py`` (name, torch
-reference, arity), then add one entry to ``CUDA_OPS`` and one to ``PY_OPS`` below, each using
-exactly the op's ``{0}..{arity-1}`` operands; a helper an entry calls goes into that language's
-prelude (CUDA: a ``dlcb_`` function with ``float`` and ``double`` overloads or a template; numba:
-an ``@njit(inline="always")`` ``_`` function). Importing ``kgen.emit`` checks every registered
-elementwise op against both tables (``check_spellings``) and fails naming what is missing.
+the op's compute dtype) and ``{z}`` (zero in the compute dtype); NaN semantics follow torch; it
+uses exactly the op's ``{0}..{arity-1}`` operands. A helper a spelling calls goes into that
+language's prelude here (CUDA: a ``dlcb_`` function with ``float`` and ``double`` overloads or a
+template; numba: an ``@njit(inline="always")`` ``_`` function). Importing ``kgen.emit`` checks
+every registered elementwise op against both tables (``check_spellings``) and fails naming what
+is missing.
 """
 
 from __future__ import annotations
@@ -215,62 +213,10 @@ template <unsigned G, typename T> __device__ __forceinline__ void dlcb_group_lse
 }
 """
 
-CUDA_OPS: Mapping[str, str] = {
-    "relu": "({0} < {z} ? {z} : {0})",
-    "neg": "(-{0})",
-    "abs": "dlcb_abs({0})",
-    "exp": "dlcb_exp({0})",
-    "log": "dlcb_log({0})",
-    "sqrt": "dlcb_sqrt({0})",
-    "rsqrt": "dlcb_rsqrt({0})",
-    "erf": "dlcb_erf({0})",
-    "sigmoid": "dlcb_sigmoid({0})",
-    "tanh": "dlcb_tanh({0})",
-    "silu": "dlcb_silu({0})",
-    "gelu": "dlcb_gelu({0})",
-    "gelu_tanh": "dlcb_gelu_tanh({0})",
-    "hardsigmoid": "dlcb_hardsigmoid({0})",
-    "hardswish": "dlcb_hardswish({0})",
-    "clamp": "dlcb_min(dlcb_max({0}, {1}), {2})",
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "trunc": "dlcb_trunc({0})",
-    "div_floor": "dlcb_div_floor<decltype({0} + {1}), dlcb_keep>({0}, {1})",
-    "div_floor_f16": "dlcb_div_floor<float, dlcb_r_f16>({0}, {1})",
-    "div_floor_bf16": "dlcb_div_floor<float, dlcb_r_bf16>({0}, {1})",
-    "div_trunc_int": "({0} / {1})",
-    "div_floor_int": "dlcb_fdiv({0}, {1})",
-    "maximum": "dlcb_max({0}, {1})",
-    "minimum": "dlcb_min({0}, {1})",
-    "eq": "({0} == {1})",
-    "ne": "({0} != {1})",
-    "lt": "({0} < {1})",
-    "le": "({0} <= {1})",
-    "gt": "({0} > {1})",
-    "ge": "({0} >= {1})",
-    "logical_not": "(!{0})",
-    "logical_and": "({0} && {1})",
-    "logical_or": "({0} || {1})",
-    "where": "({0} ? {1} : {2})",
-    "to": "{0}",
-    # CUDA's C++ overloads pick the float or double function (powf / pow, ...); floor, ceil
-    # and round take floating operands only (the bridge passes integers through)
-    "pow": "pow({0}, {1})",
-    "sin": "sin({0})",
-    "cos": "cos({0})",
-    "log1p": "log1p({0})",
-    "expm1": "expm1({0})",
-    "floor": "floor({0})",
-    "ceil": "ceil({0})",
-    "round": "rint({0})",
-    "sign": "(({z} < {0}) - ({0} < {z}))",
-    "bitwise_xor_int": "({0} ^ {1})",
-    "remainder": "((fmod({0}, {1}) != {z} && (({1} < {z}) != (fmod({0}, {1}) < {z}))) "
-                 "? fmod({0}, {1}) + {1} : fmod({0}, {1}))",
-    "remainder_int": "dlcb_fmod({0}, {1})",
-}
+CUDA_OPS: Mapping[str, str] = {name: op.cuda for name, op in OPS.items()
+                              if op.kind is OpKind.ELEMENTWISE and op.cuda}
+"""Elementwise op -> CUDA C++ expression (the op's ``OpDef.cuda``, from its row in
+``ir/ops/elementwise.py``); helpers from ``CUDA_PRELUDE``."""
 """Elementwise op -> CUDA C++ expression; helpers from ``CUDA_PRELUDE``."""
 
 
@@ -401,59 +347,8 @@ def _sign(x):   # NaN -> 0, as torch
     return (x > 0) - (x < 0)
 '''
 
-PY_OPS: Mapping[str, str] = {
-    "relu": "({z} if {0} < {z} else {0})",
-    "neg": "(-{0})",
-    "abs": "abs({0})",
-    "exp": "math.exp({0})",
-    "log": "_log({0})",
-    "sqrt": "_sqrt({0})",
-    "rsqrt": "_rsqrt({0})",
-    "erf": "math.erf({0})",
-    "sigmoid": "_sigmoid({0})",
-    "tanh": "math.tanh({0})",
-    "silu": "_silu({0})",
-    "gelu": "_gelu({0})",
-    "gelu_tanh": "_gelu_tanh({0})",
-    "hardsigmoid": "_hardsigmoid({0})",
-    "hardswish": "_hardswish({0})",
-    "clamp": "_min(_max({0}, {1}), {2})",
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "_div({0}, {1})",
-    "trunc": "np.trunc({0})",
-    "div_floor": "_div_floor({0}, {1}, 0)",
-    "div_floor_f16": "_div_floor({0}, {1}, 1)",
-    "div_floor_bf16": "_div_floor({0}, {1}, 2)",
-    "div_trunc_int": "_div_trunc_int({0}, {1})",
-    "div_floor_int": "({0} // {1})",
-    "maximum": "_max({0}, {1})",
-    "minimum": "_min({0}, {1})",
-    "eq": "({0} == {1})",
-    "ne": "({0} != {1})",
-    "lt": "({0} < {1})",
-    "le": "({0} <= {1})",
-    "gt": "({0} > {1})",
-    "ge": "({0} >= {1})",
-    "logical_not": "(not {0})",
-    "logical_and": "(bool({0}) and bool({1}))",
-    "logical_or": "(bool({0}) or bool({1}))",
-    "where": "({1} if {0} else {2})",
-    "to": "{0}",
-    "pow": "np.power({0}, {1})",
-    "sin": "math.sin({0})",
-    "cos": "math.cos({0})",
-    "log1p": "math.log1p({0})",
-    "expm1": "math.expm1({0})",
-    "floor": "np.floor({0})",
-    "ceil": "np.ceil({0})",
-    "round": "np.rint({0})",
-    "sign": "_sign({0})",
-    "bitwise_xor_int": "({0} ^ {1})",
-    "remainder": "_remainder({0}, {1})",
-    "remainder_int": "({0} % {1})",
-}
+PY_OPS: Mapping[str, str] = {name: op.numba for name, op in OPS.items()
+                            if op.kind is OpKind.ELEMENTWISE and op.numba}
 """Elementwise op -> Python expression for numba ``@njit`` code; helpers from ``PY_PRELUDE``."""
 
 

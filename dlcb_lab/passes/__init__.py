@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..config import Config
 from ..ir.graph import Graph
 from .core import PassRecord, eliminate_common, eliminate_dead, fold_constants
 from .layout import assign_layouts, channels_last
@@ -25,8 +26,10 @@ PIPELINE: tuple[Callable[[Graph, list[str]], Graph], ...] = (
     assign_layouts, partition)
 
 
-def run_passes(g: Graph) -> tuple[Graph, tuple[PassRecord, ...]]:
-    """Apply ``PIPELINE`` to ``g``; returns the graph and one record per pass."""
+def run_passes(g: Graph, config: Config | None = None) -> tuple[Graph, tuple[PassRecord, ...]]:
+    """Apply ``PIPELINE`` to ``g`` under ``config`` (default: ``g.config``, which it becomes; the
+    passes read it there); returns the graph and one record per pass."""
+    g.config = g.config if config is None else config
     records = []
     for p in PIPELINE:
         log: list[str] = []

@@ -10,6 +10,7 @@ import torch
 from ..dims import Expr, Lit, shape
 from ..display import Rich
 from ..ir.graph import Graph, Node, Value
+from ..ir.ops import Ops
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def fold_constants(g: Graph, log: list[str]) -> Graph:
 def _weight_view(n: Node, use: dict[int, list[Node]]) -> bool:
     readers = use.get(n.out.id, ())
     return n.op.kind.is_transform and bool(readers) and all(
-        u.op.name == "linear" and u.inputs[1] is n.out and
+        u.op is Ops.linear and u.inputs[1] is n.out and
         not any(x is n.out for x in u.inputs[:1] + u.inputs[2:]) for u in readers)
 
 
@@ -112,7 +113,7 @@ def eliminate_common(g: Graph, log: list[str]) -> Graph:
     no two nodes compute the same thing."""
     first: dict = {}
     for n in list(g.nodes):
-        if n.op.name == "eager":
+        if n.op is Ops.eager:
             continue
         try:
             key = _hash_key((n.op.name, n.inputs, dict(n.attrs), n.out.dtype, g.dims(n.out)))

@@ -12,14 +12,14 @@ around it read those through permutes."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
+from ..config import Config
 from ..dims import Expr, lit
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OPS, OpKind
+from ..ir.ops import OpKind, Ops
 from .core import uses
 from .rewrite import REWRITES, rewrite
 
@@ -68,14 +68,15 @@ CHANNELS_LAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Convolutions in these dtypes run channels-last (cuDNN has no NHWC float64 kernels)."""
 
 
-def nhwc_weight_is_a_copy(w: torch.Tensor) -> bool:
+def nhwc_weight_is_a_copy(w: torch.Tensor, config: Config) -> bool:
     """Whether ``channels_last`` will hold the convolution weight ``w`` [K, C, R, S] as a new
-    tensor: a kernel wider than 1x1 in NHWC ([K, R, S, C] is another order of its elements). A
-    1x1 kernel's two orders coincide, so its NHWC convolution reads the module's own storage."""
-    return os.environ.get("DLCB_CHANNELS_LAST", "1") != "0" and \
+    tensor: a kernel wider than 1x1 in NHWC ([K, R, S, C] is another order of its elements), under
+    ``config.channels_last``. A 1x1 kernel's two orders coincide, so its NHWC convolution reads
+    the module's own storage."""
+    return config.channels_last and \
         w.dtype in CHANNELS_LAST_DTYPES and w.dim() == 4 and w.shape[2] * w.shape[3] > 1
 
-POOLS = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")
+POOLS = (Ops.max_pool2d, Ops.avg_pool2d, Ops.adaptive_avg_pool2d)
 """Window reductions that run NHWC beside the convolutions (their kernels then read and write
 [N, H, W, C] buffers, coalesced along C)."""
 
@@ -98,16 +99,16 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
     resolution the compile serves (measured per model and batch: README). Expects batch norm
     already folded (``rewrite``). Leaves: float ``conv2d`` nodes with ``layout="NHWC"``
     (float32 depthwise ones as generated window sums, ``_window_sum``, unless
-    ``DLCB_DEPTHWISE=library``); ``DLCB_CHANNELS_LAST=0``: the graph unchanged."""
-    if os.environ.get("DLCB_CHANNELS_LAST", "1") == "0":   # as in nhwc_weight_is_a_copy
-        log.append("off (DLCB_CHANNELS_LAST=0)")
+    ``g.config.depthwise == "library"``); ``g.config.channels_last`` False: the graph unchanged."""
+    if not g.config.channels_last:   # as in nhwc_weight_is_a_copy
+        log.append("off (config channels_last=False)")
         return g
-    convs = [n for n in g.nodes if n.op.name == "conv2d" and n.out.dtype in CHANNELS_LAST_DTYPES
+    convs = [n for n in g.nodes if n.op is Ops.conv2d and n.out.dtype in CHANNELS_LAST_DTYPES
              and n.attrs.get("layout", "NCHW") == "NCHW"]
-    pools = [n for n in g.nodes if n.op.name in POOLS and n.out.rank == 4 and
+    pools = [n for n in g.nodes if n.op in POOLS and n.out.rank == 4 and
              n.attrs.get("layout", "NCHW") == "NCHW"] if convs else []
     made: dict[tuple[int, tuple[int, ...]], Value] = {}
-    generated = os.environ.get("DLCB_DEPTHWISE", "generated") != "library"
+    generated = g.config.depthwise != "library"
     windowed: list[tuple[Node, Node]] = []   # (a window sum's first node, its convolution)
     for n in [n for n in g.nodes if n in convs or n in pools]:
         if generated and _depthwise(g, n):
@@ -115,18 +116,18 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
             windowed.append((head, n))
         else:
             ins = [_permute(g, x, NHWC, made) for x in n.inputs]   # conv: input and weight
-            y = g.restate(n, n.op.name, ins, {**n.attrs, "layout": "NHWC"},
+            y = g.restate(n, n.op, ins, {**n.attrs, "layout": "NHWC"},
                           [n.out.shape[i] for i in NHWC], f"{n.out.name}_nhwc")
-        n.op, n.inputs, n.attrs = OPS["permute"], (y,), {"dims": NCHW}
+        n.op, n.inputs, n.attrs = Ops.permute, (y,), {"dims": NCHW}
         log.append(f"%{n.out.name}: {y.producer.op.name} in NHWC (%{y.name})")
     rewrite(g, log, _SIMPLIFY)
     use = uses(g)
     operands = [(n.inputs[0], n) for n in g.nodes
-                if n.op.name == "conv2d" and n.attrs.get("layout") == "NHWC"] + \
+                if n.op is Ops.conv2d and n.attrs.get("layout") == "NHWC"] + \
         [(head.inputs[0], n) for head, n in windowed]
     for xp, n in operands:
         p = xp.producer
-        if p is None or p.op.name != "permute" or xp.id in g.materialize:
+        if p is None or p.op is not Ops.permute or xp.id in g.materialize:
             continue
         v = p.inputs[0]
         if v.producer is None or v.producer.op.kind.materialized or \
@@ -147,7 +148,7 @@ def channels_last(g: Graph, log: list[str]) -> Graph:
 
 def _depthwise(g: Graph, n: Node) -> bool:
     """A float32 convolution with one filter per channel (groups == in == out channels)."""
-    if n.op.name != "conv2d" or n.out.dtype != torch.float32:
+    if n.op is not Ops.conv2d or n.out.dtype != torch.float32:
         return False
     o, ci, *_ = g.dims(n.inputs[1])
     return ci.is_lit(1) and o.is_lit(n.attrs["groups"]) and \
@@ -155,11 +156,11 @@ def _depthwise(g: Graph, n: Node) -> bool:
 
 
 def _window_sum(g: Graph, n: Node, xp: Value) -> tuple[Value, Node]:
-    """The depthwise convolution ``n`` of the NHWC ``xp`` as generated code
-    (unless ``DLCB_DEPTHWISE=library``): ``sum(window(window(pad(xp))) * taps)`` over the two window
-    axes (``taps`` the weight as [kh, kw, C]), one kernel with the filter taps as literal loops,
-    no library call; and the node that reads ``xp`` (``channels_last`` materializes its operand:
-    a producer's epilogue is written once, not recomputed per tap).
+    """The depthwise convolution ``n`` of the NHWC ``xp`` as generated code (unless
+    ``Config.depthwise`` is ``"library"``): ``sum(window(window(pad(xp))) * taps)`` over the two
+    window axes (``taps`` the weight as [kh, kw, C]), one kernel with the filter taps as literal
+    loops, no library call; and the node that reads ``xp`` (``channels_last`` materializes its
+    operand: a producer's epilogue is written once, not recomputed per tap).
 
     cuDNN (9.10 and later) compiles a depthwise convolution's execution plan at run time, about
     1.5 s for each new shape (NVIDIA/cudnn-frontend#1066): a DLCB module serving a new batch
@@ -179,19 +180,19 @@ def _window_sum(g: Graph, n: Node, xp: Value) -> tuple[Value, Node]:
     v = xp
     head = None
     if any(p for pair in pads for p in pair):
-        v = g.apply("pad", v, before=tuple(map(lit, (0, pads[0][0], pads[1][0], 0))),
+        v = g.apply(Ops.pad, v, before=tuple(map(lit, (0, pads[0][0], pads[1][0], 0))),
                     after=tuple(map(lit, (0, pads[0][1], pads[1][1], 0))), value=0.0,
                     name=f"{n.out.name}_pad", **at)
         head = v.producer
     for i, axis in enumerate((1, 2)):   # [N, H', W', C, kh, kw]
-        v = g.apply("window", v, dim=axis, size=k[i], step=a["stride"][i],
+        v = g.apply(Ops.window, v, dim=axis, size=k[i], step=a["stride"][i],
                     dilation=a["dilation"][i], name=f"{n.out.name}_win{i}", **at)
         head = head or v.producer
-    v = g.apply("permute", v, dims=(0, 1, 2, 4, 5, 3), name=f"{n.out.name}_win", **at)
-    taps = g.apply("permute", g.apply("reshape", w, shape=(c, kh, kw), **at), dims=(1, 2, 0),
+    v = g.apply(Ops.permute, v, dims=(0, 1, 2, 4, 5, 3), name=f"{n.out.name}_win", **at)
+    taps = g.apply(Ops.permute, g.apply(Ops.reshape, w, shape=(c, kh, kw), **at), dims=(1, 2, 0),
                    name=f"{w.name}_taps", **at)   # [kh, kw, C]: read along C, coalesced
-    v = g.apply("mul", v, taps, name=f"{n.out.name}_taps", **at)
-    return g.apply("sum", v, dims=(3, 4), keepdim=False, name=f"{n.out.name}_nhwc", **at), head
+    v = g.apply(Ops.mul, v, taps, name=f"{n.out.name}_taps", **at)
+    return g.apply(Ops.sum, v, dims=(3, 4), keepdim=False, name=f"{n.out.name}_nhwc", **at), head
 
 
 def _permute(g: Graph, x: Value, dims: tuple[int, ...], made: dict) -> Value:
@@ -201,6 +202,6 @@ def _permute(g: Graph, x: Value, dims: tuple[int, ...], made: dict) -> Value:
     if key not in made:
         tag = "nhwc" if dims == NHWC else "nchw"
         after = g.nodes[0 if x.producer is None else g.nodes.index(x.producer) + 1]
-        made[key] = g.apply("permute", x, dims=dims, name=f"{x.name}_{tag}",
+        made[key] = g.apply(Ops.permute, x, dims=dims, name=f"{x.name}_{tag}",
                             insert_before=after)
     return made[key]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..dims import Expr, prod, var
 from ..display import Rich
 from ..ir.graph import Graph, Value
-from ..ir.ops import OpKind
+from ..ir.ops import OpKind, Ops
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def steps(g: Graph) -> tuple[Step, ...]:
         if n is not None and n.op.kind is OpKind.LIBRARY:
             reads = tuple(g.view_chain(x)[0].name for x in n.tensor_inputs())
             why = f"{n.attrs['target']} at {n.where}: {n.attrs['reason']}" \
-                if n.op.name == "eager" else ""
+                if n.op is Ops.eager else ""
             out.append(Step(len(out), "library", v.name, (n.op.name,), reads, 1, v.id, why))
             continue
         ops = [x.producer.op.name for x in inlined(g, v, ids)] if n is not None else ["copy"]

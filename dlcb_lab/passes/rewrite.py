@@ -17,7 +17,7 @@ import torch
 
 from ..dims import as_expr, prod
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OPS, OpKind, infer_dtypes, is_scalar
+from ..ir.ops import OpDef, OpKind, Ops, infer_dtypes, is_scalar
 from ..ir.ops.library import SDPA_NLHD
 from .core import constant_of, replace_value, uses
 
@@ -48,17 +48,17 @@ def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
     Elsewhere (1x1 kernels, NCHW) W * s would be a second copy of the module's weight, so
     ``* s`` stays in the epilogue that adds the shift (one multiply per element, no memory)."""
     from .layout import nhwc_weight_is_a_copy   # layout imports this module
-    if n.op.name != "mul" or len(n.inputs) != 2:
+    if n.op is not Ops.mul or len(n.inputs) != 2:
         return None
     for y, s in (n.inputs, n.inputs[::-1]):
-        if not isinstance(y, Value) or y.producer is None or y.producer.op.name != "conv2d" or \
+        if not isinstance(y, Value) or y.producer is None or y.producer.op is not Ops.conv2d or \
                 not _sole_reader(g, y, use) or is_scalar(s) or y.dtype != n.out.dtype:
             continue
         vec = _channel_vector(g, s, y.rank)
         conv = y.producer
         w = constant_of(g, conv.inputs[1])
         if vec is None or w is None or vec.numel() != w.shape[0] or \
-                not nhwc_weight_is_a_copy(w):
+                not nhwc_weight_is_a_copy(w, g.config):
             continue
         w2 = g.constant(f"{conv.inputs[1].name}*{s.name}",
                         (w * vec.reshape(-1, 1, 1, 1)).to(w.dtype))
@@ -69,18 +69,18 @@ def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
     return None
 
 
-def _shifted(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value, Value, Value] | None:
+def _shifted(g: Graph, n: Node, op: OpDef, use: dict) -> tuple[Node, Value, Value, Value] | None:
     """Matches ``n = (y + c) op t``: ``n`` a binary ``op`` of a single-use add ``inner`` with one
     constant operand ``c``, and a constant ``t``; every value has ``y``'s dtype and the result
     has ``y``'s shape. Returns (inner, y, c, t) or None."""
-    if n.op.name != op or len(n.inputs) != 2:
+    if n.op is not op or len(n.inputs) != 2:
         return None
     for a, t in (n.inputs, n.inputs[::-1]):
         if not isinstance(a, Value) or a.producer is None or not _sole_reader(g, a, use) or \
                 is_scalar(t) or constant_of(g, t) is None:
             continue
         inner = a.producer
-        if inner.op.name != "add" or len(inner.inputs) != 2 or \
+        if inner.op is not Ops.add or len(inner.inputs) != 2 or \
                 any(is_scalar(x) for x in inner.inputs):
             continue
         for y, c in (inner.inputs, inner.inputs[::-1]):
@@ -93,20 +93,20 @@ def _shifted(g: Graph, n: Node, op: str, use: dict) -> tuple[Node, Value, Value,
 
 def _shift_scale(g: Graph, n: Node, use: dict) -> str | None:
     """(y + c) * s  ->  y * s + (c * s)   (c, s constants broadcasting into y)"""
-    hit = _shifted(g, n, "mul", use)
+    hit = _shifted(g, n, Ops.mul, use)
     if hit is None:
         return None
     inner, y, c, s = hit
     cs = g.constant(f"{c.name}*{s.name}", (constant_of(g, c) * constant_of(g, s)).to(y.dtype))
     inner.op, inner.inputs = n.op, (y, s)       # the add becomes y * s ...
-    n.op, n.inputs = OPS["add"], (inner.out, cs)  # ... and the mul adds c * s
+    n.op, n.inputs = Ops.add, (inner.out, cs)  # ... and the mul adds c * s
     return f"%{n.out.name}: (%{y.name} + %{c.name}) * %{s.name} -> %{y.name} * %{s.name} + " \
            f"%{cs.name}"
 
 
 def _shift_shift(g: Graph, n: Node, use: dict) -> str | None:
     """(y + a) + b  ->  y + (a + b)   (a, b constants broadcasting into y)"""
-    hit = _shifted(g, n, "add", use)
+    hit = _shifted(g, n, Ops.add, use)
     if hit is None:
         return None
     inner, y, a, b = hit
@@ -122,10 +122,10 @@ def _identity(g: Graph, n: Node, use: dict) -> str | None:
     if not isinstance(x, Value) or x.dtype != n.out.dtype or g.dims(x) != g.dims(n.out):
         return None
     other = n.inputs[1] if len(n.inputs) == 2 else None
-    same = (n.op.name in ("mul", "div") and other == 1 and not isinstance(other, bool)) or \
-        (n.op.name in ("add", "sub") and other == 0 and not isinstance(other, bool)) or \
-        n.op.name in ("to", "reshape") or (n.op.name == "cat" and len(n.inputs) == 1) or \
-        (n.op.name == "permute" and tuple(n.attrs["dims"]) == tuple(range(x.rank)))
+    same = (n.op in (Ops.mul, Ops.div) and other == 1 and not isinstance(other, bool)) or \
+        (n.op in (Ops.add, Ops.sub) and other == 0 and not isinstance(other, bool)) or \
+        n.op in (Ops.to, Ops.reshape) or (n.op is Ops.cat and len(n.inputs) == 1) or \
+        (n.op is Ops.permute and tuple(n.attrs["dims"]) == tuple(range(x.rank)))
     if not same:
         return None
     replace_value(g, n.out, x)
@@ -135,10 +135,10 @@ def _identity(g: Graph, n: Node, use: dict) -> str | None:
 
 def _reshape_of_reshape(g: Graph, n: Node, use: dict) -> str | None:
     """reshape(reshape(x, s1), s2)  ->  reshape(x, s2)"""
-    if n.op.name != "reshape":
+    if n.op is not Ops.reshape:
         return None
     x = n.inputs[0]
-    if x.producer is None or x.producer.op.name != "reshape":
+    if x.producer is None or x.producer.op is not Ops.reshape:
         return None
     inner = x.producer.inputs[0]
     n.inputs = (inner,)
@@ -148,11 +148,11 @@ def _reshape_of_reshape(g: Graph, n: Node, use: dict) -> str | None:
 
 def _slice_of_slice(g: Graph, n: Node, use: dict) -> str | None:
     """slice(slice(x, a, s1, k1), a, s2, k2)  ->  slice(x, a, s1 + s2*k1, k1*k2)   (same axis)"""
-    if n.op.name != "slice":
+    if n.op is not Ops.slice:
         return None
     x = n.inputs[0]
     inner = x.producer
-    if inner is None or inner.op.name != "slice" or inner.attrs["dim"] != n.attrs["dim"]:
+    if inner is None or inner.op is not Ops.slice or inner.attrs["dim"] != n.attrs["dim"]:
         return None
     a, b = inner.attrs, n.attrs
     n.inputs = inner.inputs
@@ -163,11 +163,11 @@ def _slice_of_slice(g: Graph, n: Node, use: dict) -> str | None:
 
 def _permute_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     """permute(permute(x, p), q)  ->  permute(x, [p[i] for i in q])   (identity: removed next)"""
-    if n.op.name != "permute":
+    if n.op is not Ops.permute:
         return None
     x = n.inputs[0]
     inner = x.producer
-    if inner is None or inner.op.name != "permute" or x.id in g.materialize:
+    if inner is None or inner.op is not Ops.permute or x.id in g.materialize:
         return None   # a materialized permute is a buffer (channels_last): read it, not its input
     p = [int(d) % x.rank for d in inner.attrs["dims"]]
     n.inputs = inner.inputs
@@ -184,23 +184,23 @@ def _linear_of_row_merge(g: Graph, n: Node, use: dict) -> str | None:
     ``linear_of_permute``). nn.MultiheadAttention's ``attn.permute(2, 0, 1, 3).reshape(L*N, E)``
     before the output projection is a copy; this way the projection reads the attention
     result where it lies."""
-    if n.op.name != "linear":
+    if n.op is not Ops.linear:
         return None
     x, *wb = n.inputs
     r = x.producer
-    if r is None or r.op.name != "reshape" or x.id in g.materialize:
+    if r is None or r.op is not Ops.reshape or x.id in g.materialize:
         return None
     y = r.inputs[0]
     dy, dx = g.dims(y), g.dims(x)
     j = next((j for j in range(len(dy) - 1, 0, -1) if prod(dy[j:]) is dx[-1]), None)
     if j is None or list(dy[:j]) == list(dx[:-1]):
         return None
-    inner = g.restate(n, "reshape", (y,), {"shape": (*dy[:j], dx[-1])}, (*dy[:j], dx[-1]),
+    inner = g.restate(n, Ops.reshape, (y,), {"shape": (*dy[:j], dx[-1])}, (*dy[:j], dx[-1]),
                       f"{x.name}_rows")
     out = g.dims(n.out)
-    rows = g.restate(n, "linear", (inner, *wb), n.attrs, (*dy[:j], out[-1]),
+    rows = g.restate(n, Ops.linear, (inner, *wb), n.attrs, (*dy[:j], out[-1]),
                      f"{n.out.name}_rows")
-    n.op, n.inputs, n.attrs = OPS["reshape"], (rows,), {"shape": tuple(out)}
+    n.op, n.inputs, n.attrs = Ops.reshape, (rows,), {"shape": tuple(out)}
     return f"%{n.out.name}: linear of row-merged %{x.name} -> rows regrouped after linear " \
            f"%{rows.name}"
 
@@ -208,11 +208,11 @@ def _linear_of_row_merge(g: Graph, n: Node, use: dict) -> str | None:
 def _reshape_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     """reshape(permute(x, p), [*P, M])  ->  permute(reshape(x, [*X, M]), [*p[:k], k])
     (the reshape merges the last axes k.. of the permute, which p keeps in place)"""
-    if n.op.name != "reshape":
+    if n.op is not Ops.reshape:
         return None
     y = n.inputs[0]
     pn = y.producer
-    if pn is None or pn.op.name != "permute" or y.id in g.materialize:
+    if pn is None or pn.op is not Ops.permute or y.id in g.materialize:
         return None
     p = [int(d) % y.rank for d in pn.attrs["dims"]]
     dy, dn = g.dims(y), g.dims(n.out)
@@ -222,9 +222,9 @@ def _reshape_of_permute(g: Graph, n: Node, use: dict) -> str | None:
         return None
     x = pn.inputs[0]
     dx = g.dims(x)
-    merged = g.restate(n, "reshape", (x,), {"shape": (*dx[:k], dn[-1])}, (*dx[:k], dn[-1]),
+    merged = g.restate(n, Ops.reshape, (x,), {"shape": (*dx[:k], dn[-1])}, (*dx[:k], dn[-1]),
                        f"{n.out.name}_merged")
-    n.op, n.inputs, n.attrs = OPS["permute"], (merged,), {"dims": (*p[:k], k)}
+    n.op, n.inputs, n.attrs = Ops.permute, (merged,), {"dims": (*p[:k], k)}
     return f"%{n.out.name}: reshape of permute %{y.name} -> permute of reshape %{merged.name}"
 
 
@@ -235,18 +235,18 @@ def _linear_of_permute(g: Graph, n: Node, use: dict) -> str | None:
     permuted operand torch runs one small GEMM per leading index (a batched matmul of M = the
     inner extent, reading W once per batch: ViT's ``(S, N, E)`` in-projection); on ``x`` it is one
     GEMM over all rows, and the permutation is fused into the consumers."""
-    if n.op.name != "linear":
+    if n.op is not Ops.linear:
         return None
     p, *wb = n.inputs
     perm = p.producer
-    if perm is None or perm.op.name != "permute":
+    if perm is None or perm.op is not Ops.permute:
         return None
     dims = tuple(int(d) % p.rank for d in perm.attrs["dims"])
     if dims[-1] != p.rank - 1 or dims == tuple(range(p.rank)):
         return None
     x = perm.inputs[0]
-    rows = g.apply("linear", x, *wb, name=f"{n.out.name}_rows", where=n.where, insert_before=n)
-    n.op, n.inputs, n.attrs = OPS["permute"], (rows,), {"dims": dims}
+    rows = g.apply(Ops.linear, x, *wb, name=f"{n.out.name}_rows", where=n.where, insert_before=n)
+    n.op, n.inputs, n.attrs = Ops.permute, (rows,), {"dims": dims}
     n.out.dtype, n.compute_dtype = infer_dtypes(n)
     return f"%{n.out.name}: linear of permute %{p.name} -> permute of linear %{rows.name}"
 
@@ -255,13 +255,13 @@ def _matmul_of_weight(g: Graph, n: Node, use: dict) -> str | None:
     """matmul(x, W)  ->  linear(x, permute(W, (1, 0)))   (W a rank-2 constant; folded next)
 
     GPT-2's Conv1D (``addmm(b, x, W)``) becomes a linear, whose bias ``linear_bias`` can take."""
-    if n.op.name != "matmul" or len(n.inputs) != 2:
+    if n.op is not Ops.matmul or len(n.inputs) != 2:
         return None
     x, w = n.inputs
     if w.rank != 2 or constant_of(g, w) is None or x.rank < 1 or not w.dtype.is_floating_point:
         return None
-    wt = g.apply("permute", w, dims=(1, 0), name=f"{w.name}_t", where=n.where, insert_before=n)
-    n.op, n.inputs, n.attrs = OPS["linear"], (x, wt), {}
+    wt = g.apply(Ops.permute, w, dims=(1, 0), name=f"{w.name}_t", where=n.where, insert_before=n)
+    n.op, n.inputs, n.attrs = Ops.linear, (x, wt), {}
     return f"%{n.out.name}: matmul by the constant %{w.name} -> linear"
 
 
@@ -284,7 +284,7 @@ def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
     In float16 and bfloat16 the bias always goes into the linear: eager's ``addmm`` rounds the
     sum once, a kernel's add would round the product first (bf16 ``round(linear(x))`` was off by
     one where the sum sat at x.5 after the double rounding: fuzz case ``da4b6b95fc98``)."""
-    if n.op.name != "add" or len(n.inputs) != 2 or not (
+    if n.op is not Ops.add or len(n.inputs) != 2 or not (
             n.out.dtype in (torch.float16, torch.bfloat16) or _feeds_libraries(g, n.out, use)):
         return None
     for y, b in (n.inputs, n.inputs[::-1]):
@@ -294,13 +294,13 @@ def _linear_bias(g: Graph, n: Node, use: dict) -> str | None:
                 not g.dims(y)[-1].is_lit(t.shape[0]) or not _sole_reader(g, y, use):
             continue
         perm = y.producer   # a permute keeping the last axis commutes with the bias (ViT)
-        if perm is not None and perm.op.name == "permute" and \
+        if perm is not None and perm.op is Ops.permute and \
                 int(perm.attrs["dims"][-1]) % y.rank == y.rank - 1:
             lin_out = perm.inputs[0]
         else:
             perm, lin_out = None, y
         lin = lin_out.producer
-        if lin is None or lin.op.name != "linear" or len(lin.inputs) != 2 or \
+        if lin is None or lin.op is not Ops.linear or len(lin.inputs) != 2 or \
                 not _sole_reader(g, lin_out, use):
             continue
         lin.inputs = (*lin.inputs, b)
@@ -317,11 +317,11 @@ def _sdpa_heads_inner(g: Graph, n: Node, use: dict) -> str | None:
     an [N, H, L, D] buffer it was copied once to be contiguous and once more by the usual
     ``transpose(1, 2).reshape(N, L, H*D)`` before the output projection. As [N, L, H, D] both
     go: the transpose cancels against this permute and the reshape is a view."""
-    if n.op.name != "sdpa" or n.out.rank != 4 or n.attrs.get("layout", "NHLD") != "NHLD":
+    if n.op is not Ops.sdpa or n.out.rank != 4 or n.attrs.get("layout", "NHLD") != "NHLD":
         return None
-    y = g.restate(n, "sdpa", n.inputs, {**n.attrs, "layout": "NLHD"},
+    y = g.restate(n, Ops.sdpa, n.inputs, {**n.attrs, "layout": "NLHD"},
                   [n.out.shape[i] for i in SDPA_NLHD], f"{n.out.name}_nlhd")
-    n.op, n.inputs, n.attrs = OPS["permute"], (y,), {"dims": SDPA_NLHD}
+    n.op, n.inputs, n.attrs = Ops.permute, (y,), {"dims": SDPA_NLHD}
     return f"%{n.out.name}: sdpa as [N, L, H, D] (%{y.name})"
 
 
@@ -331,19 +331,19 @@ def _softmax_written_out(g: Graph, n: Node, use: dict) -> str | None:
 
     One row kernel (two passes over each row) instead of three (the amax, the sum, the
     division: four passes). Eager's refusal of an empty row (amax) stays, as a requirement."""
-    if n.op.name != "div" or not all(isinstance(v, Value) for v in n.inputs):
+    if n.op is not Ops.div or not all(isinstance(v, Value) for v in n.inputs):
         return None
     e, s = n.inputs
     sm, ex = s.producer, e.producer
-    if sm is None or sm.op.name != "sum" or sm.inputs[0] is not e or ex is None or \
-            ex.op.name != "exp" or not isinstance(ex.inputs[0], Value):
+    if sm is None or sm.op is not Ops.sum or sm.inputs[0] is not e or ex is None or \
+            ex.op is not Ops.exp or not isinstance(ex.inputs[0], Value):
         return None
     d = ex.inputs[0].producer
-    if d is None or d.op.name != "sub" or not all(isinstance(v, Value) for v in d.inputs):
+    if d is None or d.op is not Ops.sub or not all(isinstance(v, Value) for v in d.inputs):
         return None
     x, m = d.inputs
     mx = m.producer
-    if mx is None or mx.op.name != "amax" or mx.inputs[0] is not x:
+    if mx is None or mx.op is not Ops.amax or mx.inputs[0] is not x:
         return None
     axes = tuple(sm.attrs["dims"])
     if len(axes) != 1 or tuple(mx.attrs["dims"]) != axes or not sm.attrs["keepdim"] or \
@@ -353,7 +353,7 @@ def _softmax_written_out(g: Graph, n: Node, use: dict) -> str | None:
     row = g.dims(x)[axes[0]]
     if not (row.is_lit() and row.value > 0):
         g.require(row - 1, mx, "reduces a non-empty row; eager raises on an empty one")
-    n.op, n.inputs, n.attrs = OPS["softmax"], (x,), {"axes": axes}
+    n.op, n.inputs, n.attrs = Ops.softmax, (x,), {"axes": axes}
     return f"%{n.out.name}: exp(%{x.name} - amax) / sum -> softmax(%{x.name}, axis {axes[0]})"
 
 
@@ -365,13 +365,13 @@ def _norm_affine(g: Graph, n: Node, use: dict) -> str | None:
     ``F.layer_norm(x, s) * scale + shift``) is computed in the row kernel's output pass instead
     of a kernel of its own that reads the normalized tensor back. In double, rounded once: a
     16-bit result would differ from eager's three roundings, so those stay separate."""
-    if n.op.name not in ("mul", "add") or len(n.inputs) != 2 or \
+    if n.op not in (Ops.mul, Ops.add) or len(n.inputs) != 2 or \
             n.out.dtype not in (torch.float32, torch.float64):
         return None
-    weight = n.op.name == "mul"   # mul: a norm without affine; add: one with a full weight
+    weight = n.op is Ops.mul   # mul: a norm without affine; add: one with a full weight
     for y, p in (n.inputs, n.inputs[::-1]):
         ln = y.producer if isinstance(y, Value) else None
-        if ln is None or ln.op.name != "layer_norm" or not isinstance(p, Value) or p is y or \
+        if ln is None or ln.op is not Ops.layer_norm or not isinstance(p, Value) or p is y or \
                 len(ln.inputs) != (1 if weight else 2) or \
                 (not weight and ln.attrs.get("affine") != "full") or \
                 {y.dtype, p.dtype} != {n.out.dtype} or g.dims(n.out) != g.dims(y) or \
@@ -392,7 +392,7 @@ def _merge_linears(g: Graph, n: Node, use: dict) -> str | None:
     Attention's q, k and v projections (BERT), a SwiGLU's gate and up: one GEMM reads ``x``
     once, with the weights side by side, instead of one GEMM each. The merged weights are new
     constants: their bytes again on the device, the module keeping its own."""
-    if n.op.name != "linear" or not isinstance(n.inputs[0], Value):
+    if n.op is not Ops.linear or not isinstance(n.inputs[0], Value):
         return None
     x = n.inputs[0]
 
@@ -403,19 +403,19 @@ def _merge_linears(g: Graph, n: Node, use: dict) -> str | None:
     mine = consts(n)
     if mine is None:
         return None
-    sibs = [(m, ts) for m in use.get(x.id, ()) if m.op.name == "linear" and m.inputs[0] is x and
+    sibs = [(m, ts) for m in use.get(x.id, ()) if m.op is Ops.linear and m.inputs[0] is x and
             len(m.inputs) == len(n.inputs) and (ts := consts(m)) is not None and
             all(t.dtype == mine[0].dtype for t in ts) and ts[0].shape[1] == mine[0].shape[1]]
     if len(sibs) < 2 or sibs[0][0] is not n:   # placed where the first of them was
         return None
     parts = [torch.cat([ts[k] for _, ts in sibs]) for k in range(len(mine))]
     names = [f"{p.name}_cat{len(sibs)}" for p in n.inputs[1:]]
-    y = g.apply("linear", x, *(g.constant(nm, t) for nm, t in zip(names, parts)),
+    y = g.apply(Ops.linear, x, *(g.constant(nm, t) for nm, t in zip(names, parts)),
                 name=f"{n.out.name}_merged", where=n.where, insert_before=n)
     start = 0
     for m, ts in sibs:
         width = ts[0].shape[0]
-        m.op, m.inputs = OPS["slice"], (y,)
+        m.op, m.inputs = Ops.slice, (y,)
         m.attrs = {"dim": x.rank - 1, "start": start, "length": width, "step": 1}
         start += width
     return f"%{y.name}: {len(sibs)} linears of %{x.name} " \

@@ -3,13 +3,14 @@ numba module file (CPU), and a launcher per kernel.
 
 CUDA: ptxas time grows with the kernels of a unit, and NVRTC releases the GIL, so a compile's
 kernels are split into contiguous units of about ``UNIT_BYTES`` of source each (at most one per
-CPU), compiled by parallel threads. Each unit is two cubins: the 32-bit index entry points (and
-the vectorized ones, ``kgen.emit.VECTOR``), which every call whose index bounds fit in int32
-launches, compiled before the compile returns; and the
-64-bit ones, compiled on background threads (``nvrtc.compile_cubin_later``; about half of the
-NVRTC time off the compile's critical path), loaded when a call first needs one. ``units``
-records which kernels each pair holds; an artifact stores the cubins and that list
-(``cuda_launchers`` rebuilds the launchers from both, with no NVRTC).
+CPU), compiled by parallel threads. Each unit is two cubins: the 32-bit index entry points
+(``kgen.entries.EntryPoint.narrow``: ``_i32``, ``_w`` and the vectorized ``_v``), which every call
+whose index bounds fit in int32 launches, compiled before the compile returns; and the 64-bit
+ones, compiled on background threads (``nvrtc.compile_cubin_later``; about half of the NVRTC time
+off the compile's critical path), loaded when a call first needs one. ``units`` records which
+kernels each pair holds; an artifact stores the cubins, that list and the suffixes built
+(``cuda_launchers`` rebuilds the launchers from them, with no NVRTC). A launcher gets every entry
+point built (``kgen.entries.entries``), each with its loaded function, and picks among them.
 
 Kernels of the same code (``distinct``: a ViT's twelve layers, a ResNet's repeated blocks) are
 compiled once: a unit holds the first of them, and the others launch its entry points."""
@@ -22,23 +23,18 @@ from typing import Any, Sequence
 
 import torch
 
-from ..kgen.abi import abi
-from ..kgen.emit import (NARROW, VECTOR, WARP, all_variants, caches_row, cuda_kernel,
-                         cuda_module, entry_points, group_lanes, numba_kernel, numba_module,
-                         signature, vector_loads, vector_width, warp_cache, warp_rows)
+from ..config import Config
+from ..kgen.emit import cuda_kernel, cuda_module, entry_points, numba_kernel, numba_module
+from ..kgen.entries import NARROW, VECTOR, WARP, entries
 from ..kgen.kir import KernelBody
-from .launchers import CpuLauncher, CudaLauncher, Vector
+from .launchers import CpuLauncher, CudaLauncher
 
 
-def narrow_unit() -> tuple[str, ...]:
+def narrow_unit(vectorize: bool = True) -> tuple[str, ...]:
     """The entry points of a unit's first cubin: 32-bit index, warp per output where a
-    block-per-output kernel has one, and vectorized where a kernel has one (``DLCB_VECTORIZE=0``:
-    none; read at each build)."""
-    return _unit(os.environ.get("DLCB_VECTORIZE", "1") != "0")
-
-
-def _unit(vectorized: bool) -> tuple[str, ...]:
-    return (NARROW, WARP, VECTOR) if vectorized else (NARROW, WARP)
+    block-per-output kernel has one, and vectorized where a kernel has one (``vectorize``,
+    ``Config.vectorize``; False: none)."""
+    return (NARROW, WARP, VECTOR) if vectorize else (NARROW, WARP)
 
 
 UNIT_BYTES = 8_000
@@ -64,23 +60,23 @@ def distinct(bodies: Sequence[KernelBody], backend: str = "cuda") -> list[int]:
     return [first.setdefault(_code(b, backend), i) for i, b in enumerate(bodies)]
 
 
-def cpu_module(bodies: Sequence[KernelBody]) -> tuple[str, list[str]]:
-    """The numba module source of the distinct kernels (``distinct``) and, per kernel, the name of
-    the function it runs."""
+def cpu_module(bodies: Sequence[KernelBody], parallel: bool = False) -> tuple[str, list[str]]:
+    """The numba module source of the distinct kernels (``distinct``; ``parallel``:
+    ``Config.numba_parallel``) and, per kernel, the name of the function it runs."""
     rep = distinct(bodies, "cpu")
-    return numba_module([b for i, b in enumerate(bodies) if rep[i] == i]), \
+    return numba_module([b for i, b in enumerate(bodies) if rep[i] == i], parallel), \
         [bodies[r].name for r in rep]
 
 
 def units(bodies: Sequence[KernelBody], workers: int | None = None,
-          rep: Sequence[int] | None = None) -> list[tuple[int, ...]]:
+          rep: Sequence[int] | None = None, vectorize: bool = True) -> list[tuple[int, ...]]:
     """Groups of kernel positions, one translation unit each: the distinct kernels (``distinct``)
     in contiguous runs of balanced source size (the 32-bit unit's: ``narrow_unit``), ``min(workers
     (default: the CPUs), distinct kernels, source / UNIT_BYTES)`` runs, at least one; a kernel of
     the same code as an earlier one is in that one's group (the unit compiles the first alone).
-    ``rep``: ``distinct(bodies)``, where the caller has it."""
+    ``rep``: ``distinct(bodies)``, where the caller has it; ``vectorize``: ``narrow_unit``'s."""
     rep = distinct(bodies) if rep is None else rep
-    widths = narrow_unit()
+    widths = narrow_unit(vectorize)
     sizes = {i: sum(len(cuda_kernel(v, widths)) for v in bodies[i].variants())
              for i in sorted(set(rep))}
     total = sum(sizes.values())
@@ -105,74 +101,49 @@ def units(bodies: Sequence[KernelBody], workers: int | None = None,
 
 
 def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any]],
-                   groups: Sequence[Sequence[int]], vectorized: bool | None = None,
+                   groups: Sequence[Sequence[int]], built: Sequence[str] | None = None,
                    rep: Sequence[int] | None = None) -> list[CudaLauncher]:
     """A launcher per kernel over the cubins of its unit (``groups[j]``: the kernels of
-    ``cubins[j]``, a pair (32-bit, 64-bit index entry points) of cubins or their futures).
-    ``vectorized``: whether the 32-bit cubins hold the vectorized entry points (default: as
-    ``narrow_unit`` builds them). A unit holds the entry points of the first kernel of each code
-    (``rep``, default ``distinct(bodies)``); the others of that code launch those."""
+    ``cubins[j]``, a pair of cubins or their futures: the 32-bit index entry points, the 64-bit
+    ones). ``built``: the suffixes of the entry points the cubins hold (default: ``""`` and
+    ``narrow_unit``'s); each launcher gets those of its kernel, each from the cubin of its index
+    width. A unit holds the entry points of the first kernel of each code (``rep``, default
+    ``distinct(bodies)``); the others of that code launch those."""
     from .cuda_launch import CudaModule
 
     sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     launchers: list[CudaLauncher | None] = [None] * len(bodies)
-    unit = narrow_unit() if vectorized is None else _unit(vectorized)
+    built = ("", *narrow_unit()) if built is None else tuple(built)
     rep = distinct(bodies) if rep is None else rep
     for pair, group in zip(cubins, groups):
         sub = [bodies[i] for i in group if rep[i] == i]
-        mods = {narrow: CudaModule(cubin, entry_points(sub, unit if narrow else ("",)))
+        mods = {narrow: CudaModule(cubin, [e.name for k in sub for e in entries(k, built)
+                                           if e.narrow == narrow])
                 for narrow, cubin in zip((True, False), pair)}
-        for i in group:
-            k = bodies[rep[i]]   # the kernel whose entry points the unit holds
-            launchers[i] = CudaLauncher({(j, narrow): mods[narrow].kernel(
-                v.name + NARROW * narrow, signature(v))
-                for j, v in enumerate(k.variants()) for narrow in (False, True)}, sm,
-                _vector(k, mods[True]) if VECTOR in unit else None, *_warp(k, mods[True]))
+        for i in group:   # bodies[rep[i]]: the kernel whose entry points the unit holds
+            launchers[i] = CudaLauncher([(e, mods[e.narrow].kernel(e.name, e.signature))
+                                         for e in entries(bodies[rep[i]], built)], sm)
     return launchers
 
 
-def _vector(k: KernelBody, mod) -> Vector | None:
-    """The launcher's view of ``k``'s vectorized entry point in ``mod``, or None."""
-    w = vector_width(k)
-    if w == 1:
-        return None
-    ins = abi(k).inputs
-    return Vector(mod.kernel(k.name + VECTOR, signature(k)), w,
-                  tuple((b, w * ins[b].dtype.torch.itemsize) for b in vector_loads(k)),
-                  w * k.dtype.torch.itemsize)
-
-
-def _warp(k: KernelBody, mod) -> tuple[Any, bool, int, bool, int]:
-    """The warp entry point of ``k``'s block-per-output variant in ``mod`` (or None), whether
-    that variant reduces rows, not columns (``warp_rows``), the longest reduced extent the entry
-    point serves whatever the outputs (``warp_cache`` elements a lane), whether it is a plain row
-    reduction (rows, ``caches_row`` false: ``CudaLauncher``'s ``stream``), and its lanes per
-    output (``group_lanes``)."""
-    v = k.variant
-    if v is None:
-        return None, False, 0, False, 32
-    rows, lanes = warp_rows(v), group_lanes(v)
-    return mod.kernel(v.name + WARP, signature(v)), rows, lanes * warp_cache(v), \
-        rows and not caches_row(v), lanes
-
-
-def build_kernels(bodies: Sequence[KernelBody], backend: str) -> tuple[list, int]:
-    """Returns (a launcher per kernel, kernel functions built incl. variants and index widths)."""
+def build_kernels(bodies: Sequence[KernelBody], backend: str, config: Config | None = None
+                  ) -> tuple[list, int]:
+    """Returns (a launcher per kernel, kernel functions built: every entry point of every
+    variant, ``kgen.entries``); ``config``: the compile's (default ``Config()``)."""
+    config = config or Config()
     if backend == "cuda":
         from .nvrtc import compile_cubin_later, compile_cubins, device_arch
 
-        rep = distinct(bodies)
-        groups, arch = units(bodies, rep=rep), device_arch()
+        rep, unit = distinct(bodies), narrow_unit(config.vectorize)
+        groups, arch = units(bodies, rep=rep, vectorize=config.vectorize), device_arch()
         subs = [[bodies[i] for i in g if rep[i] == i] for g in groups]
-        narrow = compile_cubins([cuda_module(sub, narrow_unit()) for sub in subs], arch=arch)
+        narrow = compile_cubins([cuda_module(sub, unit) for sub in subs], arch=arch)
         wide = [compile_cubin_later(cuda_module(sub, ("",)), arch=arch) for sub in subs]
         cubins = list(zip(narrow, wide))
-        built = [b for sub in subs for b in sub]
-        return cuda_launchers(bodies, cubins, groups, rep=rep), \
-            2 * len(all_variants(built)) + sum(vector_width(b) > 1 for b in built) + \
-            sum(b.variant is not None for b in built)
+        return cuda_launchers(bodies, cubins, groups, ("", *unit), rep), \
+            len(entry_points([b for sub in subs for b in sub], ("", *unit)))
     from .numba_cpu import load_numba_module
 
-    source, names = cpu_module(bodies)
+    source, names = cpu_module(bodies, config.numba_parallel)
     mod, _ = load_numba_module(source)
     return [CpuLauncher(getattr(mod, n)) for n in names], len(set(names))

@@ -13,17 +13,20 @@ import os
 import pathlib
 import tempfile
 
+from ..config import Config
+
 __all__ = ["atomic_write", "cache_dir", "content_key"]
 
 
 def cache_dir(sub: str = "") -> pathlib.Path:
-    """The cache root (``$DLCB_CACHE_DIR``, else ``~/.cache/dlcb_lab``), or its ``sub`` folder.
+    """The cache root (``Config().cache_dir``: ``$DLCB_CACHE_DIR``, else ``~/.cache/dlcb_lab``),
+    or its ``sub`` folder.
 
-    Read from the environment on every call, so tests can point it at a temporary folder; the folder
-    is created on demand.
+    Process-wide, read from the environment on every call, so tests can point it at a temporary
+    folder; the folder is created on demand.
     """
-    root = os.environ.get("DLCB_CACHE_DIR") or pathlib.Path.home() / ".cache" / "dlcb_lab"
-    path = pathlib.Path(root).expanduser() / sub if sub else pathlib.Path(root).expanduser()
+    root = pathlib.Path(Config().cache_dir).expanduser()
+    path = root / sub if sub else root
     path.mkdir(parents=True, exist_ok=True)
     return path
 

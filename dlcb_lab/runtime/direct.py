@@ -23,8 +23,9 @@ expressions. ``DirectKernel.check(*args)`` binds the signature to concrete argum
    evaluates launch slots (``x // 0`` is 0). Ints passed explicitly (all of ``numel, params..``, or
    none) are sources of the binding plan after the buffers: checked where the shapes determine
    them, else they bind (supplying the values no shape determines). The 32-bit entry point is
-   taken when every index bound of the kernel (all variants, as ``Thunk._choose`` decides) is
-   known and at most ``NARROW_LIMIT``; else the 64-bit one;
+   taken when every index bound of the kernel (all variants) is known and their maximum
+   ``kgen.entries.fits``, as ``Thunk._choose`` decides; else the 64-bit one (of one output per
+   thread or group: a direct launch never takes the vectorized or group-of-lanes ones);
 5. index tensors (gather-style inputs) hold values within their extent (a device sync on CUDA).
 
 Refusals, all before the launch: ``dl.ArgumentError`` (a TypeError: argument count, an object that
@@ -56,10 +57,10 @@ from ..hostgen.guards import Guard
 from ..ir.dtypes import dtype_of
 from ..ir.graph import Value
 from ..kgen.abi import abi, magic, pack
-from ..kgen.emit import NARROW, in_place_inputs
+from ..kgen.entries import EntryPoint, fits, in_place_inputs
 from ..kgen.kir import KernelBody
 from .args import Buffer, as_int, check_buffer, check_overlap
-from .launchers import NARROW_LIMIT, CpuLauncher, _flat_array, check_index
+from .launchers import CpuLauncher, _flat_array, check_index
 
 __all__ = ["BufferSpec", "KernelSignature", "kernel_signatures", "DirectKernel", "DirectLaunch",
            "BoundLaunch"]
@@ -103,7 +104,8 @@ class KernelSignature:
     guards: tuple[Guard, ...] = ()
     divisors: tuple[tuple[str, Expr], ...] = ()
     in_place: tuple[int, ...] = ()
-    """Positions of the buffers ``out`` may be (the same memory exactly: ``emit.in_place_inputs``)."""
+    """Positions of the buffers ``out`` may be (the same memory exactly:
+    ``entries.in_place_inputs``)."""
 
     @property
     def int_names(self) -> tuple[str, ...]:
@@ -221,8 +223,13 @@ class DirectKernel:
     def forall(self, numel: int, stream: Any = None) -> "BoundLaunch":
         """Configured with the launcher's ``geometry`` for ``numel`` output elements (the
         thunk's own configuration)."""
-        grid, block = self.launcher.geometry(self.signature.variant, as_int(numel, "numel"))
+        grid, block = self.launcher.geometry(self._entry(False), as_int(numel, "numel"))
         return self[grid, block, stream]
+
+    def _entry(self, narrow: bool) -> EntryPoint:
+        """The entry point of the signature's variant a direct launch takes where ``narrow``
+        (the index bound ``fits``): of one output per thread or group."""
+        return self.launcher.pick(self.signature.variant, 0, narrow, plain=True)
 
     def __call__(self, *args: Any) -> None:
         e = self.signature.entry
@@ -269,7 +276,7 @@ class DirectKernel:
         names += tuple(n for n, _ in sig.divisors)
         bounds = [bd.value(e, True) for e in sig.index_bounds]
         bound = None if None in bounds else max(bounds, default=0)
-        narrow = self.cuda and bound is not None and bound <= NARROW_LIMIT
+        entry = self._entry(fits(bound))
         for pos, ext in sig.index_checks:
             x = bd.value(ext, True)
             if x is None:
@@ -278,8 +285,8 @@ class DirectKernel:
             check_index(_as_tensor(bufs[pos]), x, sig.buffers[pos].label)
         dev = (f"cuda:{devices.pop() if devices else torch.cuda.current_device()}" if self.cuda
                else "cpu")
-        return DirectLaunch(sig.entry + NARROW * narrow, sig.variant, values[0],
-                            tuple(zip(names[1:], values[1:])), narrow, bound,
+        return DirectLaunch(sig.entry + entry.suffix, sig.variant, values[0],
+                            tuple(zip(names[1:], values[1:])), entry.narrow, bound,
                             tuple((repr(e), v, bd.origin[e]) for e, v in bd.known.items()),
                             dev, tuple(a.obj for a in bufs))
 
@@ -294,7 +301,7 @@ class DirectKernel:
         if not self.cuda:
             self.launcher.fn(*argv)
             return
-        k = self.launcher.kernels[d.variant, d.narrow]
+        k = self.launcher.kernels[self._entry(d.narrow)]
         dev = torch.device(d.device).index
         if dev == torch.cuda.current_device():
             k[grid, block, stream](*argv)

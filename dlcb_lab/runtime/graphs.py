@@ -23,7 +23,7 @@ those shapes. Per thunk, a ``GraphCache``:
   signature; on a user input, the check runs before each replay. An index tensor computed from
   user input values cannot be checked inside a graph: such a thunk is not captured, and
   ``refused`` says which step.
-- **Bounded**: an LRU of ``capacity`` graphs (``DLCB_CUDA_GRAPHS=N``; ``0`` turns replay off). The
+- **Bounded**: an LRU of ``capacity`` graphs (``Config.cuda_graphs``; ``0`` turns replay off). The
   graphs of one thunk share one memory pool (replays of one thunk are serialized, and outputs are
   copied out before the next replay); the capture stream's cuBLAS workspace is one of the pool's
   blocks, not a second process-long allocation (``_pooled_blas_workspaces``).
@@ -43,7 +43,6 @@ those shapes. Per thunk, a ``GraphCache``:
 from __future__ import annotations
 
 import math
-import os
 import threading
 import warnings
 from collections import OrderedDict
@@ -52,13 +51,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from ..config import Config
 from ..hostgen.lower import KernelLaunch, LibraryCall, Src, _reads
 from .launchers import check_indices
 
 if TYPE_CHECKING:
     from .thunks import Thunk
 
-DEFAULT_CAPACITY = 8
+DEFAULT_CAPACITY = Config.cuda_graphs
+"""Graphs per thunk (``Config.cuda_graphs``, ``DLCB_CUDA_GRAPHS``)."""
 LAUNCH_US = 4.0
 """Host time one plain launch costs and a replay saves (the H200 measured 5-20 us per step of a
 plain call; the low end, so replay is chosen only where it clearly pays)."""
@@ -67,19 +68,6 @@ RETRIES = 3
 plain."""
 COPY_BYTES_PER_US = 3.0e6
 """Device copy rate for the cost model: 3 TB/s (the H200 copies at 3.8)."""
-
-
-def capacity_from_env() -> int:
-    """``DLCB_CUDA_GRAPHS``: unset -> ``DEFAULT_CAPACITY``; ``0`` off; ``N`` an LRU of N graphs."""
-    v = os.environ.get("DLCB_CUDA_GRAPHS", "").strip()
-    if not v:
-        return DEFAULT_CAPACITY
-    try:
-        n = int(v)
-    except ValueError:
-        raise ValueError(f"DLCB_CUDA_GRAPHS={v!r}: expected a graph count (0 turns replay "
-                         f"off)") from None
-    return max(n, 0)
 
 
 class _Gate:

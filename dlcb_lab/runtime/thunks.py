@@ -5,7 +5,8 @@
 (binding named dims, checking constraints, computing launch slots), allocates outputs and launches.
 Both validate operands (count, tensor, layout, dtype, device: ``runtime.args.check_inputs``, ``dl``
 errors) before anything else. One step walker (``Thunk._walk``) goes over the launch plan and
-decides each step (variant, index width); ``__call__`` runs what it yields, and
+decides each step (variant, index width); ``__call__`` runs what it yields (at the entry point
+the launcher picks for it), and
 ``Thunk.launches(shapes)`` reports it without running anything: the host program's trace, then per
 step the kernel variant, entry point, element count and int params, or the library call and its
 arguments.
@@ -22,19 +23,20 @@ from ..display import Rich
 from ..errors import ShapeMismatch
 from ..hostgen.lower import KernelLaunch, LaunchPlan, LibraryCall, Operand, Src, VariantLaunch
 from ..hostgen.program import HostProgram, HostTrace
-from ..kgen.emit import NARROW, VECTOR, WARP
+from ..kgen.entries import fits
 from .args import check_inputs
-from .graphs import GraphCache, capacity_from_env
-from .launchers import NARROW_LIMIT, check_index, check_indices
+from .graphs import DEFAULT_CAPACITY, GraphCache
+from .launchers import check_index, check_indices
 
 
 @dataclass(frozen=True)
 class StepLaunch:
-    """One step of a call for concrete shapes. Kernels: ``name`` the entry point (the variant,
-    ``_i32`` when the 32-bit index entry point is taken, ``_v`` the vectorized one, ``_w`` the
-    warp-per-output one), ``variant`` 0 one thread per output element (``width`` outputs per
-    thread: > 1 vectorized, taking the pointers as aligned) or 1 one block per output element
-    (``width`` > 1: that many per block, a warp each), ``numel`` the elements (0: not launched),
+    """One step of a call for concrete shapes. Kernels: ``name`` the entry point the launcher
+    picks (the variant's name and the entry's suffix, ``kgen.entries``: ``_i32`` the 32-bit index
+    one, ``_v`` the vectorized one, ``_w`` the group-of-lanes one), ``narrow`` its index width,
+    ``variant`` 0 one thread per output element (``width`` outputs per thread: > 1 vectorized,
+    taking the pointers as aligned) or 1 one block per output element (``width`` > 1: that many
+    per block, a group of lanes each), ``numel`` the elements (0: not launched),
     ``params`` the int params by code name, ``grid``/``block`` the launch configuration
     (``launcher.geometry``: blocks and threads per block on CUDA, ``(numel, 1)`` prange iterations
     on CPU), ``kernel`` the kernel it is an entry point of. Library calls: ``name`` the op,
@@ -91,9 +93,10 @@ class Thunk(Rich):
 
     def __init__(self, host: HostProgram, plan: LaunchPlan, launchers: Sequence,
                  in_dtypes: Sequence[torch.dtype], device: str, in_names: Sequence[str],
-                 n_user: int | None = None):
+                 n_user: int | None = None, graphs: int = DEFAULT_CAPACITY):
         """``n_user``: inputs checked per call (the rest are the compiled module's constants,
-        placed and made contiguous once at compile time); default all."""
+        placed and made contiguous once at compile time); default all. ``graphs``: the CUDA-graph
+        LRU's capacity (``Config.cuda_graphs``; 0: no replay)."""
         self.host = host
         self.plan = plan
         self.launchers = list(launchers)
@@ -102,9 +105,8 @@ class Thunk(Rich):
         self.in_names = tuple(in_names)
         self.n_user = len(self.in_dtypes) if n_user is None else n_user
         self._run_host = host.compile()
-        self._narrow_ok = device == "cuda"
         self.calls = 0
-        cap = capacity_from_env() if device == "cuda" else 0
+        cap = graphs if device == "cuda" else 0
         checks = [c for st in plan.steps if isinstance(st, KernelLaunch) for c in st.index_checks]
         self.input_checks = tuple(dict.fromkeys(
             (o.index, reg, what) for o, reg, what in checks + list(plan.index_checks)
@@ -115,7 +117,7 @@ class Thunk(Rich):
         kernel that reads them."""
         self.graphs = GraphCache(self, cap) if cap else None
         """CUDA-graph replay per shape signature (``runtime.graphs``); None on CPU or with
-        ``DLCB_CUDA_GRAPHS=0``."""
+        ``graphs=0``."""
 
     def _check_args(self, args: tuple) -> list[torch.Tensor]:
         """The call's tensors (``runtime.args.check_inputs``)."""
@@ -130,9 +132,9 @@ class Thunk(Rich):
 
     def _choose(self, step: KernelLaunch, launcher, r: Sequence[int]
                 ) -> tuple[int, VariantLaunch, bool, int]:
-        """(variant index, variant, 32-bit index entry point, reduced extent or 0) of a kernel
-        step with elements."""
-        narrow = self._narrow_ok and r[step.index_bound] <= NARROW_LIMIT
+        """(variant index, variant, whether its index bound allows a 32-bit entry point,
+        reduced extent or 0) of a kernel step with elements."""
+        narrow = fits(r[step.index_bound])
         extent = 0 if step.extent is None else r[step.extent]
         v = launcher.choose(r[step.numel], extent, narrow) if step.extent is not None else 0
         return v, step.variants[v], narrow, extent
@@ -175,16 +177,14 @@ class Thunk(Rich):
                                       params=tuple(step.kwargs(r).items()), **common))
                 continue
             launcher, n, v, var, narrow, extent = launch
-            w = launcher.width(v, n, narrow, extent=extent)
-            grid, block = launcher.geometry(v, n, w)
-            out.append(StepLaunch(kind="kernel",
-                                  name=var.name + ((WARP if v else VECTOR) if w > 1 else
-                                                   NARROW * narrow),
+            e = launcher.pick(v, n, narrow, extent=extent)
+            grid, block = launcher.geometry(e, n)
+            out.append(StepLaunch(kind="kernel", name=var.name + e.suffix,
                                   params=tuple(zip(var.param_names, (r[p] for p in var.params))),
-                                  numel=n, variant=v, narrow=narrow,
+                                  numel=n, variant=v, narrow=e.narrow,
                                   index_bound=r[step.index_bound],
                                   extent=None if step.extent is None else r[step.extent],
-                                  grid=grid, block=block, width=w,
+                                  grid=grid, block=block, width=e.per,
                                   kernel=step.variants[0].name, **common))
         return LaunchTrace(self.kind, self.device, trace, tuple(out), None)
 
@@ -233,8 +233,8 @@ class Thunk(Rich):
                 bufs[step.out] = out
                 if n:
                     ins = [get(o) for o in var.operands]
-                    launcher(v, n, out, ins, [r[p] for p in var.params], narrow,
-                             launcher.width(v, n, narrow, out, ins, extent))
+                    launcher(launcher.pick(v, n, narrow, out, ins, extent), n, out, ins,
+                             [r[p] for p in var.params])
             for j in frees:
                 bufs[j] = None
         return tuple(get(o) for o in plan.outputs)

@@ -1,7 +1,7 @@
 """Kernel renderings: highlighted CUDA C++ and numba source with line numbers, each index line
 annotated with the dimension expression it computes and each load with its coordinates and the
-reverse transforms behind them; the ptxas resource usage of the CUDA source (NVRTC, computed
-when rendered); the coordinate map as a table.
+reverse transforms behind them; the ptxas resource usage of each entry point of the CUDA source,
+with the launch it makes (NVRTC, computed when rendered); the coordinate map as a table.
 
 Highlighting is pygments' lexers with our own token classes coloured through CSS variables
 (JupyterLab's editor colours first), so the fragment needs no external stylesheet and follows the
@@ -20,6 +20,7 @@ from pygments.token import Comment, Keyword, Name, Number, String, _TokenType
 from ..records import Kernel
 from ..ir.dtypes import dtype_of
 from ..kgen.emit import CUDA_PRELUDE
+from ..kgen.entries import EntryPoint, entries
 from ..kgen.kir import CoordMap, IdxDivMod, IdxProd, IdxSum, KernelBody, Load, Loop
 from .diagrams import dim_text
 from .render import Rendering, renders
@@ -241,9 +242,10 @@ def load_lines(source: str, body: KernelBody, start: int = 0, language: str = "c
 
 
 # -- resource usage --------------------------------------------------------------------------------
-def usage_html(source: str) -> str:
-    """ptxas's report for every entry point of ``source`` (``runtime.nvrtc.resource_usage``), or
-    why there is none (no NVRTC here, or a compile error)."""
+def usage_html(source: str, points: Sequence[EntryPoint] = ()) -> str:
+    """ptxas's report for every entry point of ``source`` (``runtime.nvrtc.resource_usage``), each
+    with the launch it makes where ``points`` (the kernel's ``kgen.entries.EntryPoint``s) describe
+    it, or why there is none (no NVRTC here, or a compile error)."""
     try:
         from ..runtime.nvrtc import device_arch, resource_usage
 
@@ -252,11 +254,13 @@ def usage_html(source: str) -> str:
     except Exception as err:   # no NVRTC on this machine, or the source does not compile
         return f'<div class="muted">resource usage unavailable: {esc(type(err).__name__)}: ' \
                f"{esc(str(err).splitlines()[0] if str(err) else '')}</div>"
+    how = {e.name: e.describe() for e in points}
     rows = [(f"<code>{esc(u.entry)}</code>", u.registers, u.stack_frame, u.spill_stores,
-             u.spill_loads, u.shared, u.constant, u.barriers) for u in usage.values()]
+             u.spill_loads, u.shared, u.constant, u.barriers, esc(how.get(u.entry, "")))
+            for u in usage.values()]
     return (f'<div class="muted">ptxas ({esc(arch)}), per entry point; bytes unless noted</div>'
             + table(["entry point", "registers", "stack", "spill stores", "spill loads",
-                     "shared (smem)", "constant (cmem)", "barriers"], rows, raw=True))
+                     "shared (smem)", "constant (cmem)", "barriers", "launch"], rows, raw=True))
 
 
 # -- coordinate maps -------------------------------------------------------------------------------
@@ -403,8 +407,8 @@ def _cuda_listing(k: Kernel, src: str, n_pre: int, sections, usage: bool, prelud
     else:
         pre = (f'<div class="muted">lines 1–{n_pre}: the <a href="#{PRELUDE_ID}">CUDA prelude</a>, '
                "shared by every kernel and listed once</div>")
-    return (usage_html(src) if usage else "") + pre + code_table(src, "cuda", sections, n_pre,
-                                                                 html=hl)
+    usage_table = usage_html(src, entries(k.body)) if usage else ""
+    return usage_table + pre + code_table(src, "cuda", sections, n_pre, html=hl)
 
 
 @renders(Kernel)

@@ -19,7 +19,7 @@ from ..records import Pipeline, Report
 from ..runtime.build import distinct
 from .code import CODE_CSS, kernel_html, prelude_html
 from .render import Rendering, renders
-from .style import block, esc, folded_table, kernel_id, kernel_link, styles_once, tabs
+from .style import block, esc, folded_table, kernel_id, kernel_link, styles_once, table, tabs
 from .tables import embed, graph_aliases, module_html, passes_html, plural, solve_html
 
 
@@ -105,7 +105,7 @@ def sections(r: Report) -> list[tuple[str, str]]:
 
 
 def _sections(r: Report, p: Pipeline) -> list[tuple[str, str]]:
-    out = [("Summary", module_html(r.module)),
+    out = [("Summary", module_html(r.module) + config_html(p)),
            ("Graph", embed(p.graph)),
            ("Constraints", solve_html(p) + "<h4>All constraints</h4>" + embed(p.constraints)
             + (f"<h4>Residual constraints (checked by the host program)</h4>"
@@ -121,6 +121,13 @@ def _sections(r: Report, p: Pipeline) -> list[tuple[str, str]]:
                 + "".join(f"<h4>Thunk</h4>{embed(th)}" for th in p.thunks)))
     out.append(("Passes", passes_html(p.passes) + f"<h4>Partition</h4>{embed(p.partition)}"))
     return [(label, f'<h3 class="dl-stage">{esc(label)}</h3>{html}') for label, html in out]
+
+
+def config_html(p: Pipeline) -> str:
+    """The switches the compile ran with (``dl.Config``): field, value, default, and where the
+    value came from (``call``: ``dl.compile``'s ``config``, ``env``: its ``DLCB_*`` variable)."""
+    return "<h4>Configuration</h4>" + table(["field", "value", "default", "source"],
+                                            p.config.rows())
 
 
 @renders(Report)

@@ -11,7 +11,29 @@ from .index import data_and_index
 from .normalization import ROW_KINDS, RowKind
 from .reduction import REDUCTIONS, Combine, Reduction, pool_extent, reduced_extents
 
-__all__ = ["OPS", "Coords", "Guard", "Guarded", "OpDef", "OpKind", "Scalar", "Window",
+
+
+class OpSet:
+    """Every registered op as an attribute (``Ops.add`` is ``OPS["add"]``, looked up on use): code
+    names ops by these constants, never by strings; ``OpDef.name`` is for display and
+    serialization (``tests/ops/test_registry.py`` checks every ``Ops.<name>`` in the sources)."""
+
+    def __init__(self, ops: dict[str, OpDef]):
+        object.__setattr__(self, "_ops", ops)
+
+    def __getattr__(self, name: str) -> OpDef:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise AttributeError(f"no IR op {name!r}") from None
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._ops)
+
+
+Ops = OpSet(OPS)
+
+__all__ = ["OPS", "Ops", "Coords", "Guard", "Guarded", "OpDef", "OpKind", "Scalar", "Window",
            "check_backend", "delinearize", "in_bounds", "infer_dtypes", "is_scalar",
            "linear_index", "op_def",
            "register", "data_and_index", "broadcast_coords", "broadcast_dims", "REDUCTIONS", "Combine", "Reduction",

@@ -2,9 +2,10 @@
 constraints (``infer``), (2) its reverse coordinate transform (``reverse``: output coordinates ->
 each tensor input's coordinates, used by kgen), (3) its reference semantics (``reference``: a torch
 call, also the source of its dtype rule, and what a library thunk calls at run time) and, for
-elementwise ops, (4) its ``arity``. Ops carry semantics only: how each language spells an
-elementwise op is the printers' business (``kgen/spellings.py``). An ``OpDef`` pickles by name,
-so graphs pickle.
+elementwise ops, (4) its ``arity`` and (5) its spelling in each generated language (``cuda``,
+``numba``: one expression template each, beside its semantics in its row; the preludes of
+helpers they call, and the printers, stay in ``kgen``). Code names ops by the ``Ops`` constants
+(``ir.ops.Ops.add``), never by strings; an ``OpDef`` pickles by name, so graphs pickle.
 
 Op kinds and what kgen does with them:
 
@@ -107,7 +108,7 @@ class OpDef:
     """Operand count of an elementwise op (tensors and Python scalars); 1 for other kinds."""
     window: Callable[["Graph", "Node", Coords], Window] | None = None
     sample: Callable[[int], tuple[tuple, dict]] | None = None
-    """Operands and attributes for the registry test (``tests/test_ops.py``) at batch size ``n``;
+    """Operands and attributes for the registry test (``tests/ops/test_ops.py``) at batch size ``n``;
     None: the test derives them from the kind and arity."""
     floating: bool = False
     """The dtype rule is "the input's floating dtype" (ops whose reference cannot run on
@@ -119,6 +120,10 @@ class OpDef:
     """The backends whose ATen kernel for this library op takes integer operands (CPU's
     baddbmm; ``check_backend`` refuses them elsewhere); its dtype rule is then its reference's.
     Empty: floating operands only."""
+    cuda: str = ""
+    """An elementwise op's CUDA C++ spelling (``kgen/spellings.py`` derives ``CUDA_OPS``)."""
+    numba: str = ""
+    """An elementwise op's numba spelling (``kgen/spellings.py`` derives ``PY_OPS``)."""
 
     def __repr__(self) -> str:
         return f"OpDef({self.name}, {self.kind.value})"

@@ -290,7 +290,7 @@ UPSAMPLE = {("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_near
             ("linear", 2): "upsample_bilinear2d", ("linear", 3): "upsample_trilinear3d",
             ("cubic", 2): "upsample_bicubic2d"}
 """(mode, spatial axes) -> the ATen op computing it (``_aa`` appended for ``antialias``); the
-bridge lowers each of these packets (``bridge.aten_ext``)."""
+bridge lowers each of these packets (``bridge.ops.library``)."""
 
 
 def upsample_aten(mode: str, k: int, antialias: bool = False) -> str:

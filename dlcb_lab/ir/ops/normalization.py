@@ -5,7 +5,7 @@ in registers, its max and then the sum; layer norm: sum and sum of squares, in d
 writes every element of the row (layer norm: times ``weight``, plus ``bias``; indexed by the row,
 or broadcast against the input where ``affine="full"``, from ``rewrite.norm_affine``). So the
 input (and any chain fused into it) is read twice, or once where the CUDA block-per-row kernel
-holds the row in registers (``kgen.emit.ROW_CACHE``)."""
+holds the row in registers (``kgen.entries.ROW_CACHE``)."""
 
 from __future__ import annotations
 
