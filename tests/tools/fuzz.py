@@ -189,6 +189,8 @@ def _ops() -> dict[str, Op]:
         lambda v, p, c: F.interpolate(v[0], scale_factor=2, mode=p["mode"]))
     ops["cumsum"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"d": r.randrange(1, len(s[0]))},
                        lambda v, p, c: torch.cumsum(v[0], p["d"]))
+    ops["cumprod"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"d": r.randrange(1, len(s[0]))},
+                        lambda v, p, c: torch.cumprod(v[0], p["d"]))
     ops["roll"] = Op(1, lambda s: len(s[0]) >= 2, lambda r, s: {"d": r.randrange(1, len(s[0])),
                                                                "n": r.randint(-3, 3)},
                      lambda v, p, c: torch.roll(v[0], p["n"], p["d"]))

@@ -11,11 +11,12 @@ from typing import Any, Callable
 import torch
 
 from ...dims import Expr, Lit, lit
-from ...errors import ShapeError, UnsupportedOp
+from ...errors import DTypeError, ShapeError, UnsupportedOp
 from ...ir.graph import Value
 from ...ir.ops import Ops
 from ...ir.ops.library import UPSAMPLE, upsample_aten
-from ..common import Cx, channel_bias, number, operand, pair, refuse, tensor_arg
+from ..common import (Cx, channel_bias, number, operand, pair, refuse, tensor_arg,
+                      wrap_axis)
 from ..registry import aten, register
 from .factory import sizes_arg
 from .shape import unsqueeze_axis
@@ -118,6 +119,16 @@ def baddbmm(cx, input, batch1, batch2, *, beta=1, alpha=1):
     if beta == 0:
         return y
     return cx.apply(Ops.add, x if beta == 1 else cx.apply(Ops.mul, x, beta), y)
+
+
+@register(aten.cumprod, ir=(Ops.cumprod,), opinfo=("cumprod",), fuzz=("cumprod",))
+def cumprod(cx, input, dim, *, dtype=None):
+    """ATen's cumprod (the ``cumprod`` library op, ``dtype`` passed on); integers and bool give
+    int64, as torch."""
+    x = tensor_arg(input)
+    if x.dtype.is_complex or dtype is not None and dtype.is_complex:
+        raise DTypeError("cumprod of complex tensors unsupported")
+    return cx.apply(Ops.cumprod, x, dim=wrap_axis(dim, x.rank), dtype=dtype)
 
 
 @register(aten.scaled_dot_product_attention, ir=(Ops.sdpa, Ops.where, Ops.to),

@@ -273,6 +273,20 @@ def _sample_cumsum(n: int):
 _library("cumsum", infer_along, _ref_cumsum, _sample_cumsum)
 
 
+# --- cumprod (every dtype: ATen's CPU and CUDA kernels take integers, promoted to int64 unless
+#     ``dtype`` names the result's; the input is cast to it first, as torch) -------------------
+
+def _ref_cumprod(x, dim, dtype=None):
+    return torch.cumprod(x, dim, dtype=dtype)
+
+
+def _sample_cumprod(n: int):
+    return (torch.rand(n, 3, 5, generator=_rng(n)) + 0.5,), {"dim": 2}
+
+
+_library("cumprod", infer_along, _ref_cumprod, _sample_cumprod, integer_backends=("cpu", "cuda"))
+
+
 # --- upsample (F.interpolate: nearest, nearest-exact, linear/bilinear/trilinear, bicubic) -------
 #
 # One op for every mode and 1-3 spatial axes: input [N, C, *spatial], result [N, C, *size].

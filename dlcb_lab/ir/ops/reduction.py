@@ -296,11 +296,11 @@ _register("adaptive_avg_pool2d", Reduction(Combine.SUM, mean=True), _infer_adapt
 # Sums accumulate in double (floats) or int64, as eager's CPU cumsum does.
 
 def infer_along(g: "Graph", node: "Node") -> Shape:
-    """The input's shape, for an op along axis ``dim`` (cumsum): the axis checked."""
+    """The input's shape, for an op along axis ``dim`` (cumsum, cumprod): the axis checked."""
     (x,) = node.inputs
     a = node.attrs["dim"]
     if not 0 <= a < max(x.rank, 1):
-        raise ShapeError(f"cumsum axis {a} of a rank-{x.rank} tensor")
+        raise ShapeError(f"{node.op.name} axis {a} of a rank-{x.rank} tensor")
     return shape(g.dims(x))
 
 
