@@ -133,6 +133,41 @@ def _identity(g: Graph, n: Node, use: dict) -> str | None:
     return f"%{n.out.name} = {n.op.name}(%{x.name}) is %{x.name}"
 
 
+_MANTISSA = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
+"""Significand bits of each float dtype: the integers up to 2**bits are exact in it."""
+
+
+def holds_exactly(wide: torch.dtype, narrow: torch.dtype) -> bool:
+    """Whether every value of ``narrow`` converts to ``wide`` and back unchanged (NaN and the
+    infinities included): a float of more bits (float16 and bfloat16 into float32 or float64,
+    float32 into float64), an integer of a range that contains it, a float whose significand
+    holds its range; any dtype for bool, which converts back as ``!= 0``."""
+    if narrow is torch.bool:
+        return not wide.is_complex
+    if wide is torch.bool or wide.is_complex or narrow.is_complex:
+        return False
+    if narrow.is_floating_point:
+        return wide.is_floating_point and torch.finfo(wide).bits > torch.finfo(narrow).bits
+    r = torch.iinfo(narrow)
+    if wide.is_floating_point:
+        return max(r.max, -r.min) <= 2 ** _MANTISSA[wide]
+    w = torch.iinfo(wide)
+    return w.min <= r.min and r.max <= w.max
+
+
+def _cast_round_trip(g: Graph, n: Node, use: dict) -> str | None:
+    """to(to(y, T), y.dtype)  ->  y   when T holds every value of y.dtype (f16 -> f32 -> f16)"""
+    x = n.inputs[0]
+    if n.op is not Ops.to or x.producer is None or x.producer.op is not Ops.to:
+        return None
+    y = x.producer.inputs[0]
+    if not isinstance(y, Value) or y.dtype != n.out.dtype or not holds_exactly(x.dtype, y.dtype):
+        return None
+    replace_value(g, n.out, y)
+    g.nodes.remove(n)
+    return f"%{n.out.name} = to(to(%{y.name}, {str(x.dtype).removeprefix('torch.')})) is %{y.name}"
+
+
 def _reshape_of_reshape(g: Graph, n: Node, use: dict) -> str | None:
     """reshape(reshape(x, s1), s2)  ->  reshape(x, s2)"""
     if n.op is not Ops.reshape:
@@ -424,6 +459,7 @@ def _merge_linears(g: Graph, n: Node, use: dict) -> str | None:
 
 REWRITES: list[tuple[str, Rule]] = [
     ("identity", _identity),                    # x * 1, x + 0, to(x, x.dtype), cat([x])  ->  x
+    ("cast_round_trip", _cast_round_trip),      # to(to(y, wider), y.dtype)  ->  y
     ("reshape_of_reshape", _reshape_of_reshape),  # reshape(reshape(x)) -> reshape(x)
     ("slice_of_slice", _slice_of_slice),        # slice(slice(x)) on one axis -> slice(x)
     ("permute_of_permute", _permute_of_permute),  # permute(permute(x)) -> permute(x)

@@ -12,7 +12,9 @@ import torch.nn.functional as F
 import dlcb_lab as dl
 import models
 from dlcb_lab.hostgen.lower import LibraryCall, Src
+from dlcb_lab.ir.ops import Ops
 from dlcb_lab.passes import PIPELINE
+from dlcb_lab.passes.rewrite import holds_exactly
 
 CNN = {0: {0: "N", 2: "H", 3: "W"}}
 
@@ -742,3 +744,68 @@ def test_a_value_one_kernel_reads_many_times_is_materialized():
     assert max(len(k.source.splitlines()) for k in cm.pipeline.kernels) < 400
     for shape in ((3, 9, 8), (1, 12, 15), (2, 4, 4)):
         _close(cm, m, torch.randn(*shape))
+
+
+class CastRoundTrips(nn.Module):
+    """Casts out and back: exact through a wider dtype (gone), rounding through a narrower one
+    (kept), and an integer through float32, exact for int16 only."""
+
+    def forward(self, h, x, i, j):
+        return (h.float().half() * 2, x.half().float() * 2, i.float().to(torch.int16) + 1,
+                j.float().to(torch.int32) + 1, x.bool().float().bool())
+
+
+@pytest.mark.parametrize("wide,narrow,exact", [
+    (torch.float32, torch.float16, True), (torch.float32, torch.bfloat16, True),
+    (torch.bfloat16, torch.float16, False), (torch.float16, torch.bfloat16, False),
+    (torch.float16, torch.float32, False), (torch.float64, torch.float32, True),
+    (torch.float32, torch.int16, True), (torch.float32, torch.int32, False),
+    (torch.float64, torch.int32, True), (torch.float16, torch.uint8, True),
+    (torch.int8, torch.uint8, False),   # exact through torch's wrapping casts; not claimed
+    (torch.int64, torch.int32, True),
+    (torch.int32, torch.int64, False), (torch.float16, torch.bool, True),
+    (torch.bool, torch.int8, False)])
+def test_holds_exactly_agrees_with_torch(wide, narrow, exact):
+    """The rule's dtype test, and where it claims exactness, torch's own round trip over every
+    value of ``narrow`` (its whole range for 8/16-bit dtypes, the edges and specials otherwise)."""
+    if narrow.is_floating_point:
+        bits = torch.finfo(narrow).bits
+        if bits == 16:
+            v = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(narrow)
+        else:
+            f = torch.finfo(narrow)
+            v = torch.tensor([0.0, -0.0, f.tiny, f.max, -f.max, f.eps, 1 / 3, float("inf"),
+                              float("-inf"), f.tiny / 2 ** 10], dtype=narrow)
+    elif narrow is torch.bool:
+        v = torch.tensor([True, False])
+    else:
+        r = torch.iinfo(narrow)
+        v = torch.arange(r.min, r.max + 1) if r.bits <= 16 else \
+            torch.tensor([r.min, r.max, 0, -1, 2 ** 24 + 1, r.max - 1])
+        v = v.to(narrow)
+    back = v.to(wide).to(narrow)
+    assert holds_exactly(wide, narrow) == exact
+    if exact:   # value for value (a NaN stays a NaN; its payload is not a value)
+        assert torch.equal(back.isnan(), v.isnan()) if v.is_floating_point() else True
+        assert torch.equal(back[~v.isnan()] if v.is_floating_point() else back,
+                           v[~v.isnan()] if v.is_floating_point() else v), (wide, narrow)
+
+
+def test_cast_round_trips_through_a_wider_dtype_are_removed():
+    m = CastRoundTrips()
+    ins = (torch.randn(2, 3).half(), torch.randn(2, 3), torch.randint(-300, 300, (2, 3),
+           dtype=torch.int16), torch.randint(-300, 300, (2, 3), dtype=torch.int32))
+    cm = dl.compile(m, ins, backend="cpu")
+    changes = [c for p in cm.pipeline.passes if p.name == "rewrite" for c in p.changes]
+    trips = [c for c in changes if c.startswith("cast_round_trip")]
+    assert len(trips) == 3, changes   # f16 via f32, int16 via f32, bool via f32
+    casts = [(n.inputs[0].dtype, n.out.dtype) for n in cm.pipeline.graph.nodes if n.op is Ops.to]
+    assert casts == [(torch.float32, torch.float16), (torch.float16, torch.float32),
+                     (torch.int32, torch.float32), (torch.float32, torch.int32),
+                     (torch.float32, torch.bool)], cm.pipeline.graph   # the rounding trips stay
+    for b, n in ((1, 3), (4, 5)):
+        call = (torch.randn(b, n).half(), torch.randn(b, n) * 1e4,
+                torch.randint(-2 ** 15, 2 ** 15, (b, n), dtype=torch.int16),
+                torch.randint(2 ** 24, 2 ** 30, (b, n), dtype=torch.int32))
+        for got, want in zip(cm(*call), m(*call)):
+            assert torch.equal(got, want)
