@@ -205,11 +205,6 @@ class Pipeline(Rich):
     passes: tuple[PassRecord, ...] = ()
 
     @property
-    def config(self) -> Config:
-        """The compile's switches (``dl.Config``), as its passes, build and thunk used them."""
-        return self.graph.config
-
-    @property
     def partition(self) -> Partition:
         """The per-step table: library calls and generated kernels, the ops each computes."""
         return self.graph.partition
@@ -224,6 +219,9 @@ class Pipeline(Rich):
                 f"{[th.kind for th in self.thunks]}, {self.partition.counts()}\n  timings: {t}"
                 + ("\n  config: " + ", ".join(f"{k}={v!r} ({self.config.source(k)})"
                                               for k, v in changed.items()) if changed else ""))
+
+    config = property(lambda self: self.graph.config, doc="The compile's switches (``dl.Config``), "
+                      "as its passes, build and thunk used them.")
 
 
 @dataclass(frozen=True, eq=False)

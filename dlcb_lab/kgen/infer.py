@@ -21,8 +21,8 @@ from ..dims.bounds import Bounds, lower, nonneg, nonneg_quotients, positive, upp
 from ..errors import DLError
 from ..ir.dtypes import F32, F64, I64, dtype_of
 from ..ir.graph import Graph, Value
-from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Reduction, \
-    RowKind, delinearize, linear_index
+from ..ir.ops import REDUCTIONS, ROW_KINDS, Combine, Guard, Guarded, OpKind, Ops, \
+    Reduction, RowKind, delinearize, linear_index
 from ..passes.partition import steps
 from .kir import (AccInit, Accumulate, BlockReduce, CoordMap, Compute, DivMod, Finish, IdxCast,
                   IdxClamp, IdxDivMod, IdxProd, IdxSum, Imm, KernelBody, Load, Loop, Pred, Ref,
@@ -496,7 +496,7 @@ def transform_kind(node, coords, ins, loop_names) -> str:
     variables in scope."""
     kind = node.op.kind
     cs = list(ins.coords if isinstance(ins, Guarded) else ins)
-    if kind is OpKind.ELEMENTWISE or node.op.name == "expand":
+    if kind is OpKind.ELEMENTWISE or node.op is Ops.expand:
         tail = coords[len(coords) - len(cs):] if cs else []
         bcast = len(cs) < len(coords) or any(c.is_lit(0) and not o.is_lit(0)
                                              for c, o in zip(cs, tail))

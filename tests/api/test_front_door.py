@@ -210,7 +210,7 @@ def test_fallback_false_counts_what_dead_code_leaves():
     """An unsupported op whose result nobody reads is removed with dead code: no refusal."""
     class Unused(nn.Module):
         def forward(self, x):
-            _ = torch.cumprod(x, 1)   # unsupported, and unused
+            _ = torch.logcumsumexp(x, 1)   # unsupported, and unused
             return x.relu()
 
     cm = dl.compile(Unused(), torch.randn(2, 3), backend="cpu", fallback=False)
