@@ -100,7 +100,7 @@ def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.S
         seqs: Sequence[int] | None = None, text_shapes: Sequence[tuple[int, int]] | None = None,
         dtype: str = "float32", device: str | None = None, tiny: bool = False,
         reps: int | None = None, warmup: int | None = None, fp32: bool = False,
-        paired: bool = False, out: str | Path | None = None,
+        paired: bool = False, warm: bool = False, out: str | Path | None = None,
         workers: int | None = None, ray: str | None = None, timeout: float = 3600.0,
         retry_failed: bool = False, progress: bool = True,
         log: Callable[[str], None] | None = None) -> "pd.DataFrame":
@@ -118,7 +118,7 @@ def run(models: Sequence[str] = bm.DEFAULT_MODELS, systems: Sequence[str] = bm.S
     cfg = bm.Config(device=device, batches=tuple(d["batches"]), seqs=tuple(d["seqs"]),
                     text_shapes=None if text_shapes is None else tuple(map(tuple, text_shapes)),
                     tiny=tiny, reps=d["reps"], warmup=d["warmup"], fp32=fp32, dtype=dtype,
-                    paired=paired)
+                    paired=paired, warm=warm)
     cfg.torch_dtype   # noqa: B018 - validates dtype
     _check_names(models, systems)
     if cfg.cuda and not torch.cuda.is_available():
@@ -333,7 +333,7 @@ def main(a, log: Callable[[str], None] = print) -> int:
              systems=bm._names(a.systems, bm.SYSTEMS), batches=ints(a.batches),
              resolutions=ints(a.res), seqs=ints(a.seqs), text_shapes=bm.text_pairs(a.text_shapes),
              dtype=a.dtype, device=a.device, tiny=a.tiny, reps=a.reps, warmup=a.warmup,
-             fp32=a.fp32, paired=a.paired, out=a.out, workers=a.workers, ray=a.ray,
+             fp32=a.fp32, paired=a.paired, warm=a.warm, out=a.out, workers=a.workers, ray=a.ray,
              timeout=a.timeout, retry_failed=a.retry_failed)
     log(f"{a.out}/models.csv: {len(df)} rows, {df[df.metric == 'ms'].value.notna().sum()} "
         f"timed cells of {int((df.metric == 'ms').sum())}")

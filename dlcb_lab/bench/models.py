@@ -90,7 +90,14 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
   phase_<step>_s  DLCB, at a shape whose setup compiled: wall s of each step of that
                  ``dl.compile`` (``cm.pipeline.timings``: capture (torch.export), lower,
                  generalize, passes, kgen, hostgen, build (NVRTC of the 32-bit index entry
-                 points and the launchers; the 64-bit ones compile in the background))
+                 points and the launchers; the 64-bit ones compile in the background)).
+                 torch.compile, at a shape whose calls compiled: ``dynamo`` (bytecode capture
+                 and guards), ``aot`` (AOTAutograd's trace and partition), ``inductor``
+                 (lowering, code generation and the kernel builds), from Dynamo's own
+                 ``compile_times`` (``TORCH_PHASES``)
+  warm_compile_s, warm_phase_<step>_s   with ``--warm``: compile_s and the phases of the first
+                 shape in a second process over the first one's caches (DLCB's kernel caches,
+                 Inductor's and Triton's), as a restarted service compiles
 
 ``env.json`` (``environment``): versions (python, torch, CUDA, cuDNN, torchvision,
 transformers, numpy, pandas, numba, dlcb-lab), GPU name, count, capability, memory, driver; CPU,
@@ -121,7 +128,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
@@ -172,6 +179,9 @@ class Config:
     paired: bool = False
     """dlcb-dynamic: after its cells, time it against a static compile per shape in the same
     process, alternately (``paired_ms``)."""
+    warm: bool = False
+    """Run each (model, system) process a second time over the first one's caches, as a service
+    restarts (``warm_compile_s``, ``warm_phase_<step>_s``)."""
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -286,10 +296,35 @@ class _CudaGraph(_System):
         return replay
 
 
+TORCH_PHASES = {"dynamo": ("_compile.compile_inner", "OutputGraph.call_user_compiler"),
+                "aot": ("OutputGraph.call_user_compiler", "compile_fx_inner"),
+                "inductor": ("compile_fx_inner", None)}
+"""torch.compile's phases from Dynamo's ``compile_times`` (seconds summed per function): the
+first function's time less the second's (the phase it calls)."""
+
+
+def torch_compile_seconds() -> dict[str, float]:
+    """Dynamo's ``compile_times``, summed over every compile of this process so far, per
+    ``TORCH_PHASES`` phase."""
+    from torch._dynamo.utils import compile_times
+
+    names, secs = compile_times(repr="csv", aggregate=True)
+    t = dict(zip(names, map(float, secs)))
+    return {k: t.get(a, 0.0) - t.get(b, 0.0) for k, (a, b) in TORCH_PHASES.items()}
+
+
 class _TorchCompile(_System):
     def __init__(self, m, device, **kw):
         super().__init__(m, device)
         self.kw, self.fn, self.first = kw, None, None
+        self.seen = torch_compile_seconds()
+
+    def phases(self):
+        """The phases of the compiles since the last reading (none: empty)."""
+        now, seen = torch_compile_seconds(), self.seen
+        self.seen = now
+        spent = {k: now[k] - seen[k] for k in now}
+        return spent if any(v > 0 for v in spent.values()) else {}
 
     def setup(self, args):
         if self.fn is None:
@@ -590,39 +625,55 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
                 env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One (model, system) in a child process with empty caches (``env``: more variables for
     it, e.g. ``CUDA_VISIBLE_DEVICES``); a crash, a non-zero exit or the ``timeout`` (its process
-    group killed) gives ``ms`` rows with the reason for the shapes it did not report. Touches no
-    state of this process, so threads may run several at once."""
+    group killed) gives ``ms`` rows with the reason for the shapes it did not report. With
+    ``cfg.warm`` a second child over the same caches gives the ``warm_`` rows. Touches no state
+    of this process, so threads may run several at once."""
     with tempfile.TemporaryDirectory(prefix="dlcb_bench_") as root:
-        out, errf = Path(root) / "rows.jsonl", Path(root) / "stderr.txt"
-        job = json.dumps(dict(model=model, system=system, rows=str(out), config=asdict(cfg)))
-        cmd = [sys.executable, "-m", "dlcb_lab.bench.models", "--one", job]
-        child = {**os.environ, **cache_env(root), **(env or {})}
-        with open(errf, "w") as fe:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, env=child,
-                                    start_new_session=True)
+        rows = _cell_process(model, system, cfg, timeout, env, root)
+        if cfg.warm and not untimed(model, rows):
+            first = cfg.shapes(model)[0]
+            again = _cell_process(model, system, replace(cfg, warm=False), timeout, env, root,
+                                  "warm")
+            rows += [dict(r, metric=f"warm_{r['metric']}") for r in again
+                     if (r["batch"], r["seq"], r["res"]) == first
+                     and (r["metric"] == "compile_s" or r["metric"].startswith("phase_")
+                          or r["error"])]
+        return rows
+
+
+def _cell_process(model: str, system: str, cfg: Config, timeout: float,
+                  env: dict[str, str] | None, root: str, tag: str = "") -> list[dict[str, Any]]:
+    """The rows of one child process over the caches under ``root`` (``tag``: its files')."""
+    out, errf = Path(root) / f"rows{tag}.jsonl", Path(root) / f"stderr{tag}.txt"
+    job = json.dumps(dict(model=model, system=system, rows=str(out), config=asdict(cfg)))
+    cmd = [sys.executable, "-m", "dlcb_lab.bench.models", "--one", job]
+    child = {**os.environ, **cache_env(root), **(env or {})}
+    with open(errf, "w") as fe:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, env=child,
+                                start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            rc = proc.wait(timeout=timeout)
+            why = f"process exited with {rc}" if rc else ""
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # its own session: it and its workers
+            proc.wait()
+            why = f"process killed after the {timeout:g} s timeout"
+        except BaseException:   # this thread interrupted (Ctrl-C, SIGTERM by term_exits)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        finally:
             with _LIVE_LOCK:
-                _LIVE.add(proc)
-            try:
-                rc = proc.wait(timeout=timeout)
-                why = f"process exited with {rc}" if rc else ""
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)   # its own session: it and its workers
-                proc.wait()
-                why = f"process killed after the {timeout:g} s timeout"
-            except BaseException:   # this thread interrupted (Ctrl-C, SIGTERM by term_exits)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                raise
-            finally:
-                with _LIVE_LOCK:
-                    _LIVE.discard(proc)
-        got = [json.loads(ln) for ln in out.read_text().splitlines()] if out.exists() else []
-        if why:
-            why = f"{why}: {_tail(errf)}"
-            done = {(r["batch"], r["seq"], r["res"]) for r in got if r["metric"] == "ms"}
-            got += [_row(model, system, s, "ms", None, why) for s in cfg.shapes(model)
-                    if s not in done]
-        return got
+                _LIVE.discard(proc)
+    got = [json.loads(ln) for ln in out.read_text().splitlines()] if out.exists() else []
+    if why:
+        why = f"{why}: {_tail(errf)}"
+        done = {(r["batch"], r["seq"], r["res"]) for r in got if r["metric"] == "ms"}
+        got += [_row(model, system, s, "ms", None, why) for s in cfg.shapes(model)
+                if s not in done]
+    return got
 
 
 def untimed(cell: str, rows: Sequence[dict[str, Any]], width: int = 240) -> str:
@@ -874,6 +925,9 @@ def config_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paired", action="store_true",
                     help="dlcb-dynamic: also time it against a static compile in turn "
                          "(paired_ms, paired_static_ms)")
+    ap.add_argument("--warm", action="store_true",
+                    help="run each (model, system) again over the first run's caches, as a "
+                         "service restarts (warm_compile_s, warm_phase_<step>_s)")
     ap.add_argument("--timeout", type=float, default=3600.0,
                     help="s per (model, system) process")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
@@ -924,7 +978,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        seqs=a.seqs and _ints(a.seqs), res=a.res, reps=a.reps, warmup=a.warmup)
     cfg = Config(device=a.device or ("cuda" if torch.cuda.is_available() else "cpu"),
                  text_shapes=text_pairs(a.text_shapes), tiny=a.tiny, fp32=a.fp32, dtype=a.dtype,
-                 paired=a.paired, **d)
+                 paired=a.paired, warm=a.warm, **d)
     if cfg.cuda and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device")
     models, systems = _names(a.models, DEFAULT_MODELS), _names(a.systems, SYSTEMS)

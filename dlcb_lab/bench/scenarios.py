@@ -65,7 +65,12 @@ SCENARIOS = {
     "cold-compile": Scenario(
         "dlcb-lab bench --systems dlcb-dynamic,dlcb-static",
         "setup to first result in a fresh process with empty caches, each step of dl.compile, "
-        "a later shape's recompile", ("compile_s", "phase_<step>_s", "recompile_s")),
+        "a later shape's recompile; torch.compile's phases (dynamo, aot, inductor)",
+        ("compile_s", "phase_<step>_s", "recompile_s")),
+    "warm-compile": Scenario(
+        "dlcb-lab bench --systems dlcb-dynamic,torch.compile-dynamic --warm",
+        "the cold compile again in a new process over the first one's caches (a restarted "
+        "service)", ("warm_compile_s", "warm_phase_<step>_s")),
     "new-shape": Scenario(
         "dlcb-lab bench --systems eager,dlcb-dynamic",
         "each later shape's first call, and eager's first call there in the same process",

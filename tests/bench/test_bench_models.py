@@ -225,3 +225,29 @@ def test_paired_times_dynamic_against_a_static_compile_in_turn():
     assert all(r["value"] > 0 and r["error"] == "" for r in got.values())
     assert not any(r["metric"].startswith("paired") for r in
                    bm.run_one("resnet18", "eager", cfg))   # dlcb-dynamic's alone
+
+
+def test_warm_reruns_the_cell_over_its_caches():
+    """``--warm``: a second process over the first one's caches gives ``warm_compile_s`` and
+    the phases of its first shape; DLCB's kernels come from the cache (its build phase is the
+    loading, no numba compile: far under the cold one's)."""
+    cfg = bm.Config(device="cpu", batches=(1,), res=32, tiny=True, reps=1, warmup=0, warm=True)
+    rows = bm.run_process("resnet18", "dlcb-dynamic", cfg, timeout=600)
+    got = {r["metric"]: r["value"] for r in rows if not r["error"]}
+    for p in DLCB_PHASES:
+        assert got[f"phase_{p}_s"] >= 0 and got[f"warm_phase_{p}_s"] >= 0, p
+    assert got["warm_compile_s"] > 0 and got["ms"] > 0
+    assert got["warm_phase_build_s"] < got["phase_build_s"], got
+
+
+@pytest.mark.slow
+def test_torch_compile_phases_from_dynamo():
+    """torch.compile's cells report Dynamo, AOTAutograd and Inductor time at the shape that
+    compiled, and none at a shape served by the same graph."""
+    cfg = bm.Config(device="cpu", text_shapes=((2, 8), (3, 8)), tiny=True, reps=1, warmup=0)
+    rows = bm.run(["bert"], ["torch.compile-dynamic"], cfg, isolate=False).to_dict("records")
+    first, second = ({r["metric"]: r["value"] for r in rows if r["batch"] == b} for b in (2, 3))
+    assert {f"phase_{k}_s" for k in bm.TORCH_PHASES} <= set(first), first
+    assert first["phase_inductor_s"] > 0 and first["phase_dynamo_s"] > 0
+    assert first["compile_s"] >= sum(first[f"phase_{k}_s"] for k in bm.TORCH_PHASES)
+    assert second["recompiles"] > 0 or not [k for k in second if k.startswith("phase_")], second
