@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from dlcb_lab.dims import FloorDiv, Lit, Mod, Prod, Shape, Sum, Var, as_expr, lit, prod, shape, var
 from dlcb_lab.dims import expr as expr_mod
 
+from trees import fold
+
 # Names are global per process: this file uses the ``tx_`` prefix only.
 A, B, C = var("tx_a"), var("tx_b"), var("tx_c")     # values >= 0
 P = var("tx_p")                                       # values >= 1 (usable as a divisor)
@@ -53,23 +55,11 @@ trees = st.recursive(leaves, _extend, max_leaves=10)
 envs = st.fixed_dictionaries({"tx_a": st.integers(0, 9), "tx_b": st.integers(0, 9),
                               "tx_c": st.integers(0, 9), "tx_p": st.integers(1, 9)})
 
-OPS = {
-    "+": lambda x, y: x + y,
-    "-": lambda x, y: x - y,
-    "*": lambda x, y: x * y,
-    "//": lambda x, y: x // y,
-    "%": lambda x, y: x % y,
-}
 
 
 def build(t):
     """The tree as an Expr (int leaves stay Python ints, exercising the reflected operators)."""
-    if isinstance(t, int):
-        return t
-    if isinstance(t, str):
-        return VARS[t]
-    op, x, y = t
-    return OPS[op](build(x), build(y))
+    return fold(t, VARS)
 
 
 def E(t):
@@ -77,12 +67,7 @@ def E(t):
 
 
 def pyval(t, env):
-    if isinstance(t, int):
-        return t
-    if isinstance(t, str):
-        return env[t]
-    op, x, y = t
-    return OPS[op](pyval(x, env), pyval(y, env))
+    return fold(t, env)
 
 
 def mirror(t):

@@ -17,6 +17,8 @@ from dlcb_lab.hostgen.program import HostBuilder
 from dlcb_lab.kgen.emit import _Numba
 from dlcb_lab.kgen.infer import _Builder
 
+from trees import fold
+
 # Names are global per process: this file uses the ``ti_`` prefix only.
 A, B = var("_ti_a", 2), var("_ti_b", 2)      # kernel coordinates, in [0, 7)
 N, P = var("ti_n"), var("ti_p")              # runtime dims: N >= 0, P >= 1 (a divisor)
@@ -44,17 +46,8 @@ def _trees(divs):
 envs = st.fixed_dictionaries({"_ti_a": st.integers(0, 6), "_ti_b": st.integers(0, 6),
                               "ti_n": st.integers(0, 9), "ti_p": st.integers(1, 9)})
 
-OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
-       "//": lambda x, y: x // y, "%": lambda x, y: x % y}
-
-
 def build(t):
-    if isinstance(t, int):
-        return t
-    if isinstance(t, str):
-        return VARS[t]
-    op, x, y = t
-    return OPS[op](build(x), build(y))
+    return fold(t, VARS)
 
 
 def host_program(e, lenient=False):
