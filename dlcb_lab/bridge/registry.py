@@ -52,6 +52,11 @@ class Lowering:
     no_fuzz: str = ""
 
 
+UNLISTED = "not in the OpInfo run yet"
+"""``no_opinfo`` of a registration whose OpInfo entry is not run yet: a gap, not a reason."""
+NOT_FUZZED = "not drawn by the fuzzer yet"
+"""``no_fuzz`` of a registration the fuzzer does not draw yet: a gap, not a reason."""
+
 LOWERINGS: dict[str, Lowering] = {}
 """ATen overload packet name -> its registration."""
 

@@ -13,12 +13,10 @@ from ...errors import DTypeError, ShapeError, UnsupportedOp
 from ...ir.graph import Value
 from ...ir.ops import Ops
 from ..common import number, operand, probe, refuse, result_type, row_major, tensor_arg
-from ..registry import Fuzz, aten, register
+from ..registry import NOT_FUZZED, UNLISTED, Fuzz, aten, register
 from .factory import filled
 
-UNLISTED = "not in the OpInfo run yet"
 BOOL_OR_INT = "bool or integer operands; the fuzzer draws floating tensors"
-NOT_FUZZED = "not drawn by the fuzzer yet"
 
 
 def _unary(op) -> Callable:
@@ -56,7 +54,7 @@ _UNARY = (  # packet, IR op, OpInfo names, slow, fuzz entries (no entry: why)
     (aten.rsqrt, Ops.rsqrt, ("rsqrt",), False,
      (_unary_map("rsqrt", lambda h: torch.rsqrt(h.abs() + 1)),)),
     (aten.erf, Ops.erf, ("erf",), False, (_unary_map("erf", torch.erf),)),
-    (aten.trunc, Ops.trunc, (), False, (_unary_map("trunc", torch.trunc),)),
+    (aten.trunc, Ops.trunc, ("trunc",), False, (_unary_map("trunc", torch.trunc),)),
     (aten.sin, Ops.sin, ("sin",), True, (_unary_map("sin", torch.sin),)),
     (aten.cos, Ops.cos, ("cos",), True, (_unary_map("cos", torch.cos),)),
     (aten.log1p, Ops.log1p, ("log1p",), True,
@@ -134,7 +132,7 @@ sub = register(aten.sub, ir=(Ops.sub, Ops.mul), opinfo=("sub",),
                fuzz=(_binary_map("sub", torch.sub),))(_additive(Ops.sub))
 
 
-@register(aten.rsub, ir=(Ops.sub, Ops.mul), no_opinfo=UNLISTED,
+@register(aten.rsub, ir=(Ops.sub, Ops.mul), opinfo=("rsub",),
           fuzz=(_unary_map("rsub_s", lambda h: 2.0 - h),))
 def rsub(cx, input, other, alpha=1):
     """``other - alpha * input`` (``2.0 - x``)."""
@@ -171,7 +169,7 @@ def div(cx, input, other, *, rounding_mode=None, out=None):
     return cx.apply(Ops.div_trunc_int if rounding_mode == "trunc" else Ops.div_floor_int, a, b)
 
 
-@register(aten.reciprocal, ir=(Ops.div,), no_opinfo=UNLISTED,
+@register(aten.reciprocal, ir=(Ops.div,), opinfo=("reciprocal",),
           fuzz=(_unary_map("recip", lambda h: 1.0 / (1.0 + h.abs())),))
 def reciprocal(cx, input):
     """``1 / x`` (``1.0 / x``; integers promote to the default float dtype, as torch does)."""
@@ -371,7 +369,7 @@ def power(cx, input, exponent):
     return cx.apply(Ops.pow, a, b)
 
 
-@register(aten.float_power, ir=(Ops.pow, Ops.to), no_opinfo=UNLISTED, no_fuzz=NOT_FUZZED)
+@register(aten.float_power, ir=(Ops.pow, Ops.to), opinfo=("float_power",), no_fuzz=NOT_FUZZED)
 def float_power(cx, input, exponent):
     """``float_power``: pow in float64."""
     a, b = operand(input), operand(exponent)
@@ -467,7 +465,7 @@ def remainder(cx, input, other):
     return cx.apply(Ops.remainder_int, a, b)
 
 
-@register(aten.logical_xor, ir=(Ops.ne,), no_opinfo=UNLISTED, no_fuzz=BOOL_OR_INT)
+@register(aten.logical_xor, ir=(Ops.ne,), opinfo=("logical_xor",), no_fuzz=BOOL_OR_INT)
 def logical_xor(cx, input, other):
     """``(input != 0) != (other != 0)`` as bool."""
     def truth(x):

@@ -17,9 +17,8 @@ from ...errors import DTypeError, ShapeError, UnsupportedOp
 from ...ir.graph import Value
 from ...ir.ops import Ops
 from ..common import Cx, dim_arg, number, row_major, tensor_arg
-from ..registry import aten, register
+from ..registry import UNLISTED, aten, register
 
-UNLISTED = "not in the OpInfo run yet"
 NO_OPERAND = "no tensor operand for the fuzzer to draw"
 
 

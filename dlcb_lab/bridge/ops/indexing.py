@@ -12,12 +12,10 @@ from ...errors import DTypeError, ShapeError, UnsupportedOp
 from ...ir.graph import Value
 from ...ir.ops import Ops
 from ..common import Cx, refuse, tensor_arg, wrap_axis
-from ..registry import aten, register
+from ..registry import NOT_FUZZED, UNLISTED, aten, register
 from .factory import size_value
 from .shape import slice_axis
 
-NOT_FUZZED = "not drawn by the fuzzer yet"
-UNLISTED = "not in the OpInfo run yet"
 
 
 @register(aten.embedding, ir=(Ops.embedding,), opinfo=("nn.functional.embedding",), fuzz=("embedding",))

@@ -17,11 +17,10 @@ from ...ir.ops import Ops
 from ...ir.ops.library import UPSAMPLE, upsample_aten
 from ..common import (Cx, channel_bias, number, operand, pair, refuse, tensor_arg,
                       wrap_axis)
-from ..registry import aten, register
+from ..registry import NOT_FUZZED, aten, register
 from .factory import sizes_arg
 from .shape import unsqueeze_axis
 
-NOT_FUZZED = "not drawn by the fuzzer yet"
 
 
 @register(aten.conv2d, ir=(Ops.conv2d, Ops.reshape, Ops.add), opinfo=("nn.functional.conv2d",),

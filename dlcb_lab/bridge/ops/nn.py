@@ -11,9 +11,8 @@ from ...errors import DTypeError, ShapeError, UnsupportedOp
 from ...ir.graph import Value
 from ...ir.ops import Ops
 from ..common import Cx, channel_bias, pair, tensor_arg, wrap_axis
-from ..registry import aten, register
+from ..registry import NOT_FUZZED, aten, register
 
-NOT_FUZZED = "not drawn by the fuzzer yet"
 
 
 def _batch_norm_eval(cx, input, running_mean, running_var, weight=None, bias=None, training=False,

@@ -13,11 +13,9 @@ from ...errors import DTypeError, UnsupportedOp
 from ...ir.graph import Value
 from ...ir.ops import Ops
 from ..common import Cx, Unavailable, axes_arg, number, refuse, tensor_arg, wrap_axis
-from ..registry import aten, register
+from ..registry import NOT_FUZZED, UNLISTED, aten, register
 from .factory import size_value
 
-UNLISTED = "not in the OpInfo run yet"
-NOT_FUZZED = "not drawn by the fuzzer yet"
 MOMENTS = (Ops.mean, Ops.sub, Ops.mul, Ops.sum, Ops.div, Ops.relu, Ops.to, Ops.reshape)
 NORMS = (Ops.mul, Ops.sum, Ops.sqrt, Ops.abs, Ops.amax, Ops.neg, Ops.ne, Ops.to, Ops.pow)
 
@@ -140,14 +138,14 @@ def std(cx, input, dim=None, unbiased=True, keepdim=False, *, correction=None):
     return cx.apply(Ops.sqrt, _moments(cx, x, dim, keepdim, _correction(unbiased, correction))[0])
 
 
-@register(aten.var_mean, ir=MOMENTS, no_opinfo=UNLISTED, no_fuzz=NOT_FUZZED)
+@register(aten.var_mean, ir=MOMENTS, opinfo=("var_mean", "var_mean.unbiased"), no_fuzz=NOT_FUZZED)
 def var_mean(cx, input, dim=None, unbiased=True, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         dim, unbiased = None, dim
     return _moments(cx, tensor_arg(input), dim, keepdim, _correction(unbiased, correction))
 
 
-@register(aten.std_mean, ir=(*MOMENTS, Ops.sqrt), no_opinfo=UNLISTED, no_fuzz=NOT_FUZZED)
+@register(aten.std_mean, ir=(*MOMENTS, Ops.sqrt), opinfo=("std_mean", "std_mean.unbiased"), no_fuzz=NOT_FUZZED)
 def std_mean(cx, input, dim=None, unbiased=True, keepdim=False, *, correction=None):
     v, m = var_mean(cx, input, dim, unbiased, keepdim, correction=correction)
     return cx.apply(Ops.sqrt, v), m

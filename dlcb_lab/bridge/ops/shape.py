@@ -21,10 +21,8 @@ from ...ir.graph import Value
 from ...ir.ops import Ops
 from ...ir.ops.shape import PAD_MODES
 from ..common import Cx, axes_arg, constant_int, dim_arg, refuse, tensor_arg, wrap_axis
-from ..registry import aten, register
+from ..registry import NOT_FUZZED, UNLISTED, aten, register
 
-UNLISTED = "not in the OpInfo run yet"
-NOT_FUZZED = "not drawn by the fuzzer yet"
 BY_GETITEM = "``__getitem__``'s samples reach it (named on ``aten.slice``)"
 
 
@@ -95,7 +93,7 @@ def view(cx, input, size):
     return reshape(cx, input, size)
 
 
-@register(aten.unflatten, ir=(Ops.reshape,), no_opinfo=UNLISTED, no_fuzz=NOT_FUZZED)
+@register(aten.unflatten, ir=(Ops.reshape,), opinfo=("unflatten",), no_fuzz=NOT_FUZZED)
 def unflatten(cx, input, dim, sizes):
     """Axis ``dim`` split into ``sizes`` (one may be -1): a reshape."""
     x = tensor_arg(input)
