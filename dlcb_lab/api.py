@@ -8,12 +8,14 @@ compiled, thunk assembled). The stage objects are kept in a ``records.Pipeline``
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from .artifact import capture as capture_cache
 from .bridge.aten import NoDimForm, lower_to_ir
 from .bridge.guards import is_traced_guard
 from .bridge.capture import Auto, auto, capture
@@ -62,7 +64,8 @@ class CompiledModule(Rich):
     their sizes, so it computes what torch does; ``variants``, by (input, axis, size))."""
 
     def __init__(self, pipeline: Pipeline, signature: CallSignature, kernel_builds: int,
-                 constants: Sequence[torch.Tensor] = (), source: tuple | None = None):
+                 constants: Sequence[torch.Tensor] = (), source: tuple | None = None,
+                 capture: str = "off"):
         self.pipeline = pipeline
         self.signature = signature
         self._thunk = pipeline.thunks[0]
@@ -70,6 +73,7 @@ class CompiledModule(Rich):
         self._constants = tuple(constants)
         self._source = source   # (module, backend, fallback, dynamic, free spec, example
         #                           shapes, ties); None: none (a loaded artifact)
+        self._capture = capture   # what the capture cache did (api._capture_and_lower)
         self._key = _signature_key(pipeline.graph.inputs[:len(signature.inputs)])
         self.jit: dict[tuple, CompiledModule | DLError] = {}
         self.variants: dict[frozenset, CompiledModule | DLError] = {}
@@ -162,7 +166,9 @@ class CompiledModule(Rich):
         another rank, ``dtype_builds``: for another dtype only; ``variants``; ``calls``: thunk
         invocations that launched; ``thunks``: calls per thunk kind (``static``/``dynamic``;
         ``jit``, by rank and dtype; ``variant``); ``graphs``: CUDA-graph captures, replays and
-        LRU evictions (``runtime.graphs``; zeros on CPU)."""
+        LRU evictions (``runtime.graphs``; zeros on CPU); ``compile_s``: the steps' wall
+        seconds; ``capture``: what the capture cache did for this compile (``artifact.capture``:
+        ``"hit"``, ``"miss"``, ``"off"``, ``"uncacheable: <why>"``)."""
         jit = [c for c in self.jit.values() if isinstance(c, CompiledModule)]
         var = [v for v in self.variants.values() if isinstance(v, CompiledModule)]
         dtypes = sum(1 for k, c in self.jit.items() if isinstance(c, CompiledModule) and
@@ -178,7 +184,7 @@ class CompiledModule(Rich):
                 "graphs": {k: sum(g.stats()[k] for g in graphs)
                            for k in ("captures", "replays", "evictions")},
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
-                "compile_s": sum(self.pipeline.timings.values())}
+                "compile_s": sum(self.pipeline.timings.values()), "capture": self._capture}
 
     def _shapes(self, inputs: Sequence[torch.Tensor | Sequence[int]]) -> list[tuple[int, ...]]:
         """User inputs (tensors or shapes) -> one shape per graph input, constants appended."""
@@ -250,7 +256,7 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
     backend = _resolve_backend(backend)
     config = resolve_config(config)
     step = _Steps()
-    cap, g = _capture_and_lower(step, module, args, kwargs, dynamic)
+    cap, g, cached = _capture_and_lower(step, module, args, kwargs, dynamic, config.capture_cache)
     examples = cap.examples
     step("generalize", check_generalization, g, strict, cap.declared)
     g, pass_records = step("passes", run_passes, g, config)
@@ -267,7 +273,7 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
             for i, axes in cap.spec.items()}
     cm = CompiledModule(pipe, cap.signature, builds, consts,
                         (module, backend, fallback, cap.auto_spec or dynamic, free,
-                         [tuple(x.shape) for x in examples], cap.ties))
+                         [tuple(x.shape) for x in examples], cap.ties), cached)
     if cap.widened:   # traced at 1: the variant for the example, now
         try:
             cm._thunk(*examples, *consts)
@@ -277,18 +283,42 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
 
 
 def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
-                       kwargs: Mapping[str, Any] | None, dynamic: Any) -> tuple[Any, Graph]:
-    """Capture and lower; under ``dynamic="auto"``, a size with no dim form makes the input
-    axes it depends on static, and the model is traced again (automatic generalization keeps
-    free only the dims the program can be compiled for)."""
-    while True:
-        cap = step("capture", capture, module, args, kwargs, dynamic)
+                       kwargs: Mapping[str, Any] | None, dynamic: Any, cached: bool
+                       ) -> tuple[Any, Graph, str]:
+    """Capture and lower, through the capture cache (``artifact.capture``) when ``cached``; under
+    ``dynamic="auto"``, a size with no dim form makes the input axes it depends on static, and
+    the model is traced again (automatic generalization keeps free only the dims the program
+    can be compiled for). The third result says what the cache did: ``"hit"``, ``"miss"``,
+    ``"off"`` or ``"uncacheable: <why>"``."""
+    k, what = None, "off"
+    if cached:
         try:
-            return cap, step("lower", lower_to_ir, cap, True)
+            k = step("capture", capture_cache.key, module, args, kwargs, dynamic)
+        except capture_cache.Uncacheable as why:
+            what = f"uncacheable: {why}"
+        else:
+            hit = step("capture", capture_cache.load, k, module, args, kwargs)
+            if hit is not None:   # read back lowered: the lower step takes no time
+                step.timings["lower"] = 0.0
+                return (*hit, "hit")
+            what = "miss"
+    spec = dynamic
+    while True:
+        cap = step("capture", capture, module, args, kwargs, spec)
+        try:
+            g = step("lower", lower_to_ir, cap, True)
+            break
         except NoDimForm as err:
-            dynamic = cap.fixing(err.symbols)
-            if dynamic is None:
+            spec = cap.fixing(err.symbols)
+            if spec is None:
                 raise
+    if k is not None:
+        try:
+            step("capture", capture_cache.store, k, module, cap, g)
+        except Exception as err:   # a cache that cannot be written costs the next compile, only
+            logging.getLogger(__name__).warning("capture cache: entry not written (%s: %s)",
+                                                type(err).__name__, err)
+    return cap, g, what
 
 
 def _no_eager(g: Graph) -> None:

@@ -55,6 +55,8 @@ SWITCHES = (
            "False (env 0): convolutions stay NCHW"),
     Switch("depthwise", "DLCB_DEPTHWISE", lambda v: "library" if v == "library" else "generated",
            "'library': float32 depthwise convolutions through cuDNN, not generated"),
+    Switch("capture_cache", "DLCB_CAPTURE_CACHE", lambda v: v != "0",
+           "False (env 0): every compile traces (no capture cache, artifact.capture)"),
 )
 _BY_NAME = {s.name: s for s in SWITCHES}
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -63,6 +65,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "numba_parallel": (lambda v: isinstance(v, bool), "a bool"),
     "channels_last": (lambda v: isinstance(v, bool), "a bool"),
     "depthwise": (lambda v: v in ("generated", "library"), "'generated' or 'library'"),
+    "capture_cache": (lambda v: isinstance(v, bool), "a bool"),
 }
 
 
@@ -87,6 +90,7 @@ class Config:
     numba_parallel: bool = False
     channels_last: bool = True
     depthwise: str = "generated"
+    capture_cache: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -87,6 +87,8 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  later shape, plus variants)
   graphs, graph_breaks   torch.compile: ``unique_graphs``; sum of ``counters["graph_break"]``
   variants, jit_builds, kernel_builds   DLCB: ``cm.stats()`` summed over its modules
+  capture_hits   DLCB: its compiles that read the capture cache (``artifact.capture``) instead
+                 of tracing (0 in a cold process: its caches are new)
   phase_<step>_s  DLCB, at a shape whose setup compiled: wall s of each step of that
                  ``dl.compile`` (``cm.pipeline.timings``: capture (torch.export), lower,
                  generalize, passes, kgen, hostgen, build (NVRTC of the 32-bit index entry
@@ -96,8 +98,9 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
                  (lowering, code generation and the kernel builds), from Dynamo's own
                  ``compile_times`` (``TORCH_PHASES``)
   warm_compile_s, warm_phase_<step>_s   with ``--warm``: compile_s and the phases of the first
-                 shape in a second process over the first one's caches (DLCB's kernel caches,
-                 Inductor's and Triton's), as a restarted service compiles
+                 shape in a second process over the first one's caches (DLCB's kernel and
+                 capture caches, Inductor's and Triton's), as a restarted service compiles;
+                 ``warm_capture_hits`` (DLCB) says whether its compile read the capture cache
 
 ``env.json`` (``environment``): versions (python, torch, CUDA, cuDNN, torchvision,
 transformers, numpy, pandas, numba, dlcb-lab), GPU name, count, capability, memory, driver; CPU,
@@ -361,7 +364,8 @@ class _Dlcb(_System):
         st = [cm.stats() for cm in self.cms]
         tot = lambda k: sum(s.get(k, 0) for s in st)
         return dict(recompiles=tot("compiles") - 1, variants=tot("variants"),
-                    jit_builds=tot("jit_builds"), kernel_builds=tot("kernel_builds"))
+                    jit_builds=tot("jit_builds"), kernel_builds=tot("kernel_builds"),
+                    capture_hits=sum(s["capture"] == "hit" for s in st))
 
 
 def make_system(system: str, m: torch.nn.Module, device: str) -> _System:
@@ -636,8 +640,8 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
                                   "warm")
             rows += [dict(r, metric=f"warm_{r['metric']}") for r in again
                      if (r["batch"], r["seq"], r["res"]) == first
-                     and (r["metric"] == "compile_s" or r["metric"].startswith("phase_")
-                          or r["error"])]
+                     and (r["metric"] in ("compile_s", "capture_hits")
+                          or r["metric"].startswith("phase_") or r["error"])]
         return rows
 
 
