@@ -65,7 +65,7 @@ class CompiledModule(Rich):
 
     def __init__(self, pipeline: Pipeline, signature: CallSignature, kernel_builds: int,
                  constants: Sequence[torch.Tensor] = (), source: tuple | None = None,
-                 capture: str = "off"):
+                 capture: tuple[str, str] = ("off", "export")):
         self.pipeline = pipeline
         self.signature = signature
         self._thunk = pipeline.thunks[0]
@@ -73,7 +73,8 @@ class CompiledModule(Rich):
         self._constants = tuple(constants)
         self._source = source   # (module, backend, fallback, dynamic, free spec, example
         #                           shapes, ties); None: none (a loaded artifact)
-        self._capture = capture   # what the capture cache did (api._capture_and_lower)
+        self._capture = capture   # what the capture cache did (api._capture_and_lower), and
+        #                             the capture's path (bridge.capture: "fast" or "export: why")
         self._key = _signature_key(pipeline.graph.inputs[:len(signature.inputs)])
         self.jit: dict[tuple, CompiledModule | DLError] = {}
         self.variants: dict[frozenset, CompiledModule | DLError] = {}
@@ -168,7 +169,9 @@ class CompiledModule(Rich):
         ``jit``, by rank and dtype; ``variant``); ``graphs``: CUDA-graph captures, replays and
         LRU evictions (``runtime.graphs``; zeros on CPU); ``compile_s``: the steps' wall
         seconds; ``capture``: what the capture cache did for this compile (``artifact.capture``:
-        ``"hit"``, ``"miss"``, ``"off"``, ``"uncacheable: <why>"``)."""
+        ``"hit"``, ``"miss"``, ``"off"``, ``"uncacheable: <why>"``); ``capture_path``: how the
+        program was captured (``"fast"``: a static export the solver generalized,
+        ``bridge.fast``; ``"export: <why not fast>"``: torch.export with symbolic sizes)."""
         jit = [c for c in self.jit.values() if isinstance(c, CompiledModule)]
         var = [v for v in self.variants.values() if isinstance(v, CompiledModule)]
         dtypes = sum(1 for k, c in self.jit.items() if isinstance(c, CompiledModule) and
@@ -184,7 +187,8 @@ class CompiledModule(Rich):
                 "graphs": {k: sum(g.stats()[k] for g in graphs)
                            for k in ("captures", "replays", "evictions")},
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
-                "compile_s": sum(self.pipeline.timings.values()), "capture": self._capture}
+                "compile_s": sum(self.pipeline.timings.values()), "capture": self._capture[0],
+                "capture_path": self._capture[1]}
 
     def _shapes(self, inputs: Sequence[torch.Tensor | Sequence[int]]) -> list[tuple[int, ...]]:
         """User inputs (tensors or shapes) -> one shape per graph input, constants appended."""
@@ -268,12 +272,14 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
                                        cap.widened)
     pipe = _pipeline(g, bodies, host, plan, pass_records, backend, step.timings)
     pipe, builds = step("build", _make_thunk, pipe, backend, shapes if _static(g) else None)
-    pinned = {(i, k) for i, k, _ in cap.pins}   # a variant declares only the free axes
+    pinned = {(i, k) for i, k, _ in cap.pins} | {   # a variant declares only the free axes
+        (i, k) for i, v in enumerate(g.inputs[:len(examples)]) for k, d in enumerate(v.shape.items)
+        if g.solver.classify(d) is DimKind.LITERAL}   # (the solver pins a static trace's)
     free = {i: {k: n for k, n in axes.items() if (i, k) not in pinned}
             for i, axes in cap.spec.items()}
     cm = CompiledModule(pipe, cap.signature, builds, consts,
                         (module, backend, fallback, cap.auto_spec or dynamic, free,
-                         [tuple(x.shape) for x in examples], cap.ties), cached)
+                         [tuple(x.shape) for x in examples], cap.ties), (cached, cap.path))
     if cap.widened:   # traced at 1: the variant for the example, now
         try:
             cm._thunk(*examples, *consts)

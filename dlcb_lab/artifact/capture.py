@@ -310,7 +310,8 @@ def load(k: str, module: nn.Module, args: tuple, kwargs: Mapping[str, Any] | Non
         examples = signature.bind(tuple(args), dict(kwargs or {}))
         auto = None if c["auto"] is None else Auto(*c["auto"])
         cap = Captured(None, c["names"], tuple(examples), c["spec"], c["pins"], c["widened"],
-                       c["oblivious"], c["declared"], signature, c["ties"], c["symbols"], auto)
+                       c["oblivious"], c["declared"], signature, c["ties"], c["symbols"], auto,
+                       c["path"])
         return cap, rec["graph"]
     except (ArtifactError, KeyError, IndexError, TypeError, ValueError) as err:
         _log.info("capture cache entry %s not used: %s", path.name, err)
@@ -333,7 +334,7 @@ def store(k: str, module: nn.Module, cap, g) -> None:
     auto = None if cap.auto_spec is None else (dict(cap.auto_spec.names), cap.auto_spec.fixed)
     c = {"names": cap.names, "spec": cap.spec, "pins": cap.pins, "widened": cap.widened,
          "oblivious": cap.oblivious, "declared": cap.declared, "ties": cap.ties,
-         "symbols": cap.symbols, "auto": auto}
+         "symbols": cap.symbols, "auto": auto, "path": cap.path}
     table = TensorTable()
     try:
         data = dump_records({"capture": c, "graph": g}, table, check=False)

@@ -88,7 +88,8 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
   graphs, graph_breaks   torch.compile: ``unique_graphs``; sum of ``counters["graph_break"]``
   variants, jit_builds, kernel_builds   DLCB: ``cm.stats()`` summed over its modules
   capture_hits   DLCB: its compiles that read the capture cache (``artifact.capture``) instead
-                 of tracing (0 in a cold process: its caches are new)
+                 of tracing (0 in a cold process: its caches are new); ``capture_fast``: its
+                 compiles captured by the fast path (``bridge.fast``: a static export)
   phase_<step>_s  DLCB, at a shape whose setup compiled: wall s of each step of that
                  ``dl.compile`` (``cm.pipeline.timings``: capture (torch.export), lower,
                  generalize, passes, kgen, hostgen, build (NVRTC of the 32-bit index entry
@@ -365,7 +366,8 @@ class _Dlcb(_System):
         tot = lambda k: sum(s.get(k, 0) for s in st)
         return dict(recompiles=tot("compiles") - 1, variants=tot("variants"),
                     jit_builds=tot("jit_builds"), kernel_builds=tot("kernel_builds"),
-                    capture_hits=sum(s["capture"] == "hit" for s in st))
+                    capture_hits=sum(s["capture"] == "hit" for s in st),
+                    capture_fast=sum(s["capture_path"] == "fast" for s in st))
 
 
 def make_system(system: str, m: torch.nn.Module, device: str) -> _System:

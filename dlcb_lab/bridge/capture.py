@@ -102,6 +102,7 @@ class Captured:
     ties: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()
     symbols: dict[str, tuple[int, int]] = field(default_factory=dict)   # export symbol -> the
     auto_spec: Auto | None = None   # first input axis it sizes; the automatic spec (else None)
+    path: str = "export"   # "fast" (a static export, bridge.fast), else "export: <why>"
 
     def fixing(self, symbols: frozenset[str]) -> Auto | None:
         """The automatic spec again with the input axes of export's ``symbols`` (and those tied
@@ -164,19 +165,23 @@ def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | 
         declared_names = frozenset(n for axes in spec.values() for n in axes.values())
     widen = {(i, k) for i, axes in spec.items() for k in axes if examples[i].shape[k] == 1}
     call = (params, slots, len(args), names)
-    oblivious = True
-    try:   # size-oblivious: the general program; its ranges are the code's own guards
-        ep, symbolic = _export(module, examples, call, spec, widen, oblivious=True)
-        if any(k not in symbolic[i] for i, k in widen):   # the code fixes a widened axis
-            raise SpecError("a widened axis was specialized")
-    except DLError:   # traced as given, with export's 0/1 specialization (ranges from 2)
-        widen, oblivious = set(), False
-        ep, symbolic = _export(module, examples, call, spec, widen, oblivious=False)
+    oblivious, path = True, _fast(module, examples, call, spec, widen)
+    if isinstance(path, tuple):   # certified: exported statically, the solver generalizes
+        ep, path = path
+        symbolic = tuple(frozenset(spec.get(i, {})) for i in range(len(examples)))
+    else:
+        try:   # size-oblivious: the general program; its ranges are the code's own guards
+            ep, symbolic = _export(module, examples, call, spec, widen, oblivious=True)
+            if any(k not in symbolic[i] for i, k in widen):   # the code fixes a widened axis
+                raise SpecError("a widened axis was specialized")
+        except DLError:   # traced as given, with export's 0/1 specialization (ranges from 2)
+            widen, oblivious = set(), False
+            ep, symbolic = _export(module, examples, call, spec, widen, oblivious=False)
     sizes = [n.meta["val"].shape for n in _user_inputs(ep)]
     first: dict[str, tuple[int, int]] = {}   # export symbol -> the first input axis it sizes
     ties = []
     for i, shape in enumerate(sizes):
-        for k in sorted(symbolic[i]):
+        for k in sorted(symbolic[i]) if path != "fast" else ():   # static: no symbols
             j = first.setdefault(str(shape[k]), (i, k))
             if j != (i, k):
                 ties.append((j, (i, k)))
@@ -191,7 +196,28 @@ def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | 
                               _out_spec(ep))
     return Captured(ep, tuple(names), tuple(examples), spec, pins, bool(widen), oblivious,
                     declared_names, signature, tuple(ties), first,
-                    dynamic if isinstance(dynamic, Auto) else Auto() if auto_ else None)
+                    dynamic if isinstance(dynamic, Auto) else Auto() if auto_ else None, path)
+
+
+def _fast(module: nn.Module, examples: Sequence[torch.Tensor], call: tuple, spec: dict,
+          widen: set) -> tuple[Any, str] | str:
+    """``(static export, "fast")`` where ``bridge.fast`` certifies the module (no Python line
+    of its forward reads a size, so DLCB's solver generalizes a static trace soundly); else
+    ``"export: <why not>"``."""
+    from . import fast
+
+    if not any(spec.values()):
+        return "export: static"
+    why = fast.certify(module)
+    if why is None:
+        try:
+            ep, _ = _export(module, examples, call, {}, widen, oblivious=True)
+        except DLError as err:
+            return f"export: the static export failed ({type(err).__name__})"
+        why = fast.check_graph(ep)
+        if why is None:
+            return ep, "fast"
+    return f"export: {why}"
 
 
 _TEXT_INPUT = re.compile(r"(^|_)(input_ids|ids|attention_mask|mask|token_type_ids|position_ids|"
