@@ -55,6 +55,8 @@ SWITCHES = (
            "False (env 0): convolutions stay NCHW"),
     Switch("depthwise", "DLCB_DEPTHWISE", lambda v: "library" if v == "library" else "generated",
            "'library': float32 depthwise convolutions through cuDNN, not generated"),
+    Switch("numba_workers", "DLCB_NUMBA_WORKERS", int,
+           "processes that compile a CPU build's numba kernels at once; 0: the CPUs"),
     Switch("capture_cache", "DLCB_CAPTURE_CACHE", lambda v: v != "0",
            "False (env 0): every compile traces (no capture cache, artifact.capture)"),
 )
@@ -65,6 +67,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "numba_parallel": (lambda v: isinstance(v, bool), "a bool"),
     "channels_last": (lambda v: isinstance(v, bool), "a bool"),
     "depthwise": (lambda v: v in ("generated", "library"), "'generated' or 'library'"),
+    "numba_workers": (lambda v: type(v) is int and v >= 0, "a process count >= 0"),
     "capture_cache": (lambda v: isinstance(v, bool), "a bool"),
 }
 
@@ -90,6 +93,7 @@ class Config:
     numba_parallel: bool = False
     channels_last: bool = True
     depthwise: str = "generated"
+    numba_workers: int = 0
     capture_cache: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 

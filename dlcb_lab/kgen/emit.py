@@ -700,10 +700,10 @@ def _has_max(stmts) -> bool:
 
 def numba_kernel(k: KernelBody, parallel: bool = False) -> str:
     """The numba function (``parallel``: numba's, ``Config.numba_parallel``); a kernel with a max
-    reduction compiles with LLVM's loop vectorizer off (``runtime.numba_cpu.unvectorized``)."""
-    jit = "_njit_unvectorized" if _has_max(k.stmts) else "njit"
+    reduction compiles with LLVM's loop vectorizer off (``runtime.numba_cpu.kernel_jit``)."""
+    off = ", vectorize=False" if _has_max(k.stmts) else ""
     lines = _header(k, "#") + [
-        f'@{jit}("{numba_signature(k)}", parallel={parallel}, cache=True, '
+        f'@_kernel("{numba_signature(k)}"{off}, parallel={parallel}, cache=True, '
         f'error_model="numpy")',
         f"def {k.name}({', '.join(param_names(k))}):",
         "    for t in prange(numel):",

@@ -231,7 +231,7 @@ from numba import njit, prange
 # 16-bit floats (numba has no fp16/bf16 arithmetic): uint16 buffers, float32 registers
 from dlcb_lab.runtime.half import from_bf16 as _from_bf16, from_f16 as _from_f16
 from dlcb_lab.runtime.half import to_bf16 as _to_bf16, to_f16 as _to_f16
-from dlcb_lab.runtime.numba_cpu import unvectorized as _njit_unvectorized
+from dlcb_lab.runtime.numba_cpu import kernel_jit as _kernel
 
 
 @njit(inline="always")

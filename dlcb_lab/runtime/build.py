@@ -126,6 +126,14 @@ def cuda_launchers(bodies: Sequence[KernelBody], cubins: Sequence[tuple[Any, Any
     return launchers
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def build_kernels(bodies: Sequence[KernelBody], backend: str, config: Config | None = None
                   ) -> tuple[list, int]:
     """Returns (a launcher per kernel, kernel functions built: every entry point of every
@@ -145,5 +153,7 @@ def build_kernels(bodies: Sequence[KernelBody], backend: str, config: Config | N
     from .numba_cpu import load_numba_module
 
     source, names = cpu_module(bodies, config.numba_parallel)
-    mod, _ = load_numba_module(source)
+    rep = distinct(bodies, "cpu")
+    sizes = [(b.name, len(numba_kernel(b))) for i, b in enumerate(bodies) if rep[i] == i]
+    mod, _ = load_numba_module(source, sizes, config.numba_workers or _cpus())
     return [CpuLauncher(getattr(mod, n)) for n in names], len(set(names))

@@ -230,3 +230,54 @@ def test_concurrent_processes_share_one_cache(tmp_path, tmp_cache, n, start):
     mod = _load()
     assert mod.f() == 1.0 and sum(mod.f.stats.cache_hits.values()) == 1
     assert not [p for p in tmp_cache.rglob("*") if ".tmp" in p.name]  # no temp files left over
+
+
+def _generated(tmp_path, monkeypatch):
+    """A real model's numba module source and its distinct kernels (name, size), compiled into
+    a fresh cache folder."""
+    import torch
+
+    import dlcb_lab as dl
+    from dlcb_lab.kgen.emit import numba_kernel
+    from dlcb_lab.runtime.build import cpu_module, distinct
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Conv2d(c, c + 1, 3, padding=1),
+                                                  torch.nn.BatchNorm2d(c + 1), act())
+                              for c, act in zip(range(3, 9), [torch.nn.ReLU, torch.nn.SiLU,
+                                                              torch.nn.Hardswish,
+                                                              torch.nn.Sigmoid, torch.nn.GELU,
+                                                              torch.nn.Tanh])]).eval()
+    cm = dl.compile(m, (torch.randn(2, 3, 8, 8),), backend="cpu",
+                    config={"capture_cache": False})
+    bodies = [k.body for k in cm.pipeline.kernels]
+    rep = distinct(bodies, "cpu")
+    kernels = [(b.name, len(numba_kernel(b))) for i, b in enumerate(bodies) if rep[i] == i]
+    monkeypatch.setenv("DLCB_CACHE_DIR", str(tmp_path / "shares"))
+    monkeypatch.setattr(numba_cpu, "MIN_SHARE", 2)
+    source = cpu_module(bodies)[0]
+    _forget(source)   # the compile loaded it: the test loads it again, from the new folder
+    return source, kernels
+
+
+def test_kernels_compile_in_shares_across_processes(tmp_path, monkeypatch):
+    """``numba_workers``: this process compiles one share, worker processes the others, each
+    into numba's cache; after it every kernel is cached and the import loads them all."""
+    source, kernels = _generated(tmp_path, monkeypatch)
+    assert len(kernels) >= 6
+    path = (cache_dir("numba") / f"dlcb_{content_key(source)[:24]}.py").absolute()
+    path.write_text(source)
+    assert numba_cpu._cached(path) == 0
+    numba_cpu._compile_shares(path, source, kernels, workers=3)
+    assert numba_cpu._cached(path) == len(kernels)
+    assert numba_cpu._ONLY is None and numba_cpu._module_name(path) not in sys.modules
+    mod, fresh = load_numba_module(source, kernels, workers=3)
+    assert fresh and all(getattr(mod, n).signatures for n, _ in kernels)
+
+
+def test_a_failed_worker_costs_only_time(tmp_path, monkeypatch, caplog):
+    source, kernels = _generated(tmp_path, monkeypatch)
+    monkeypatch.setattr(numba_cpu, "_WORKER", "import sys; sys.exit(3)")
+    mod, _ = load_numba_module(source, kernels, workers=2)
+    assert "exited with 3" in caplog.text
+    assert all(getattr(mod, n).signatures for n, _ in kernels)   # the import compiled them
