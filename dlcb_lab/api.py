@@ -260,7 +260,8 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
     backend = _resolve_backend(backend)
     config = resolve_config(config)
     step = _Steps()
-    cap, g, cached = _capture_and_lower(step, module, args, kwargs, dynamic, config.capture_cache)
+    cap, g, cached = _capture_and_lower(step, module, args, kwargs, dynamic,
+                                        config.capture_cache, config.fast_capture)
     examples = cap.examples
     step("generalize", check_generalization, g, strict, cap.declared)
     g, pass_records = step("passes", run_passes, g, config)
@@ -289,9 +290,10 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
 
 
 def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
-                       kwargs: Mapping[str, Any] | None, dynamic: Any, cached: bool
-                       ) -> tuple[Any, Graph, str]:
-    """Capture and lower, through the capture cache (``artifact.capture``) when ``cached``; under
+                       kwargs: Mapping[str, Any] | None, dynamic: Any, cached: bool,
+                       fast: bool) -> tuple[Any, Graph, str]:
+    """Capture and lower, through the capture cache (``artifact.capture``) when ``cached``, by
+    the fast path where ``bridge.fast`` certifies the module and ``fast``; under
     ``dynamic="auto"``, a size with no dim form makes the input axes it depends on static, and
     the model is traced again (automatic generalization keeps free only the dims the program
     can be compiled for). The third result says what the cache did: ``"hit"``, ``"miss"``,
@@ -299,7 +301,7 @@ def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
     k, what = None, "off"
     if cached:
         try:
-            k = step("capture", capture_cache.key, module, args, kwargs, dynamic)
+            k = step("capture", capture_cache.key, module, args, kwargs, (dynamic, fast))
         except capture_cache.Uncacheable as why:
             what = f"uncacheable: {why}"
         else:
@@ -310,7 +312,7 @@ def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
             what = "miss"
     spec = dynamic
     while True:
-        cap = step("capture", capture, module, args, kwargs, spec)
+        cap = step("capture", capture, module, args, kwargs, spec, fast)
         try:
             g = step("lower", lower_to_ir, cap, True)
             break

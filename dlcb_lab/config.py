@@ -57,6 +57,8 @@ SWITCHES = (
            "'library': float32 depthwise convolutions through cuDNN, not generated"),
     Switch("numba_workers", "DLCB_NUMBA_WORKERS", int,
            "processes that compile a CPU build's numba kernels at once; 0: the CPUs"),
+    Switch("fast_capture", "DLCB_FAST_CAPTURE", lambda v: v != "0",
+           "False (env 0): every module is traced by torch.export with symbolic sizes"),
     Switch("capture_cache", "DLCB_CAPTURE_CACHE", lambda v: v != "0",
            "False (env 0): every compile traces (no capture cache, artifact.capture)"),
 )
@@ -68,6 +70,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "channels_last": (lambda v: isinstance(v, bool), "a bool"),
     "depthwise": (lambda v: v in ("generated", "library"), "'generated' or 'library'"),
     "numba_workers": (lambda v: type(v) is int and v >= 0, "a process count >= 0"),
+    "fast_capture": (lambda v: isinstance(v, bool), "a bool"),
     "capture_cache": (lambda v: isinstance(v, bool), "a bool"),
 }
 
@@ -94,6 +97,7 @@ class Config:
     channels_last: bool = True
     depthwise: str = "generated"
     numba_workers: int = 0
+    fast_capture: bool = True
     capture_cache: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 

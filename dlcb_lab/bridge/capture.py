@@ -121,14 +121,16 @@ class Captured:
 
 
 def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
-            dynamic: Any) -> Captured:
+            dynamic: Any, fast: bool = True) -> Captured:
     """Export ``module`` on the example call ``module(*args, **kwargs)`` with the axes of
     ``dynamic`` symbolic (``"auto"``, ``True`` or ``dl.auto(...)``: every axis; export keeps
     those the code admits); export's refusals (data-dependent control flow, unsupported Python)
     become ``UnsupportedOp``. Tensor arguments are the traced inputs; ``None``, bools, ints,
     floats and strings are constants of the trace. Sizes are traced size-obliviously (a size-1
     example stays symbolic, a broadcast is assumed not to hit a 1), unless that fails; then with
-    export's 0/1 specialization."""
+    export's 0/1 specialization. A module ``bridge.fast`` certifies (no Python line of its
+    forward reads a size) is exported statically instead, unless ``fast`` is off
+    (``Config.fast_capture``)."""
     if not isinstance(module, nn.Module):
         raise SpecError(f"expected a torch.nn.Module, got {type(module).__name__}")
     params = params_of(getattr(module, "forward", module))
@@ -165,7 +167,8 @@ def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | 
         declared_names = frozenset(n for axes in spec.values() for n in axes.values())
     widen = {(i, k) for i, axes in spec.items() for k in axes if examples[i].shape[k] == 1}
     call = (params, slots, len(args), names)
-    oblivious, path = True, _fast(module, examples, call, spec, widen)
+    oblivious = True
+    path = _fast(module, examples, call, spec, widen) if fast else "export: fast path off"
     if isinstance(path, tuple):   # certified: exported statically, the solver generalizes
         ep, path = path
         symbolic = tuple(frozenset(spec.get(i, {})) for i in range(len(examples)))

@@ -22,7 +22,8 @@ CFG = bm.Config(device="cpu", batches=(1, 2), text_shapes=((1, 8), (2, 16)), res
                 reps=2, warmup=1)
 SYSTEMS = ("eager", "dlcb-dynamic", "dlcb-static")
 SHAPES = {"resnet18": [(1, None, 32), (2, None, 32)], "bert": [(1, 8, None), (2, 16, None)]}
-DLCB_COUNTS = {"recompiles", "variants", "jit_builds", "kernel_builds"}
+DLCB_COUNTS = {"recompiles", "variants", "jit_builds", "kernel_builds", "capture_hits",
+               "capture_fast"}
 DLCB_PHASES = ("capture", "lower", "generalize", "passes", "kgen", "hostgen", "build")
 
 

@@ -191,7 +191,8 @@ def test_layering_covers_the_split_modules():
 
 def test_bridge_is_capture_then_one_registry():
     """The bridge after the switch to ``torch.export``: ``capture`` (export, the dynamic spec,
-    source locations) knows no lowering, only how a call binds (``signature``); the lowerings,
+    source locations) knows no lowering, only how a call binds (``signature``) and which modules
+    a static export serves (``fast``); the lowerings,
     one module per op family under ``ops``, register themselves in ``registry`` (one
     registration per ATen packet) and never import the driver (``aten``), its parts by job
     (``sizes``, ``guards``, ``functionalize``, ``nodes``) or capture; ``api`` enters the bridge
@@ -212,7 +213,7 @@ def test_bridge_is_capture_then_one_registry():
 
     assert {"capture", "registry", "sizes", "guards", "functionalize"} <= deps("aten"), \
         deps("aten")
-    assert deps("capture") == {"signature"}, deps("capture")
+    assert deps("capture") == {"signature", "fast"}, deps("capture")
     driver = {"aten", "sizes", "guards", "functionalize", "nodes", "capture"}
     for f in families:
         assert not {d for d in deps(f"ops.{f}") if not d.startswith("ops.")} & driver, \
