@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from .artifact import capture as capture_cache
+from .artifact import program as program_cache
 from .bridge.aten import NoDimForm, lower_to_ir
 from .bridge.guards import is_traced_guard
 from .bridge.capture import Auto, auto, capture
@@ -65,7 +66,7 @@ class CompiledModule(Rich):
 
     def __init__(self, pipeline: Pipeline, signature: CallSignature, kernel_builds: int,
                  constants: Sequence[torch.Tensor] = (), source: tuple | None = None,
-                 capture: tuple[str, str] = ("off", "export")):
+                 capture: tuple[str, str, str] = ("off", "export", "off")):
         self.pipeline = pipeline
         self.signature = signature
         self._thunk = pipeline.thunks[0]
@@ -73,8 +74,8 @@ class CompiledModule(Rich):
         self._constants = tuple(constants)
         self._source = source   # (module, backend, fallback, dynamic, free spec, example
         #                           shapes, ties); None: none (a loaded artifact)
-        self._capture = capture   # what the capture cache did (api._capture_and_lower), and
-        #                             the capture's path (bridge.capture: "fast" or "export: why")
+        self._capture = capture   # what the capture cache did (api._capture_and_lower), the
+        #   capture's path (bridge.capture: "fast" or "export: why"), what the program cache did
         self._key = _signature_key(pipeline.graph.inputs[:len(signature.inputs)])
         self.jit: dict[tuple, CompiledModule | DLError] = {}
         self.variants: dict[frozenset, CompiledModule | DLError] = {}
@@ -171,7 +172,9 @@ class CompiledModule(Rich):
         seconds; ``capture``: what the capture cache did for this compile (``artifact.capture``:
         ``"hit"``, ``"miss"``, ``"off"``, ``"uncacheable: <why>"``); ``capture_path``: how the
         program was captured (``"fast"``: a static export the solver generalized,
-        ``bridge.fast``; ``"export: <why not fast>"``: torch.export with symbolic sizes)."""
+        ``bridge.fast``; ``"export: <why not fast>"``: torch.export with symbolic sizes);
+        ``program``: what the program cache did (``artifact.program``: ``"hit"``, a compiled
+        program loaded, no capture, passes or build; ``"miss"``, ``"off"``)."""
         jit = [c for c in self.jit.values() if isinstance(c, CompiledModule)]
         var = [v for v in self.variants.values() if isinstance(v, CompiledModule)]
         dtypes = sum(1 for k, c in self.jit.items() if isinstance(c, CompiledModule) and
@@ -188,7 +191,7 @@ class CompiledModule(Rich):
                            for k in ("captures", "replays", "evictions")},
                 "kernels": len(self.pipeline.kernels), "thunk": self._thunk.kind,
                 "compile_s": sum(self.pipeline.timings.values()), "capture": self._capture[0],
-                "capture_path": self._capture[1]}
+                "capture_path": self._capture[1], "program": self._capture[2]}
 
     def _shapes(self, inputs: Sequence[torch.Tensor | Sequence[int]]) -> list[tuple[int, ...]]:
         """User inputs (tensors or shapes) -> one shape per graph input, constants appended."""
@@ -260,9 +263,18 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
     backend = _resolve_backend(backend)
     config = resolve_config(config)
     step = _Steps()
-    cap, g, cached = _capture_and_lower(step, module, args, kwargs, dynamic,
-                                        config.capture_cache, config.fast_capture)
+    k, cached = _cache_key(step, module, args, kwargs, dynamic, config)
+    pk = None
+    if k is not None and config.program_cache:
+        pk = program_cache.key(k, config, backend, strict, fallback)
+        hit = step("load", program_cache.load, pk, module)
+        if hit is not None:
+            return _loaded(hit, step, module, args, kwargs, backend, fallback, dynamic, config)
+        step.timings["capture"] += step.timings.pop("load")
+    cap, g, cached, origin = _capture_and_lower(step, module, args, kwargs, dynamic, k, cached,
+                                                config.fast_capture)
     examples = cap.examples
+    roots = list(g.constants)   # before the passes derive theirs (the program cache's roots)
     step("generalize", check_generalization, g, strict, cap.declared)
     g, pass_records = step("passes", run_passes, g, config)
     if not fallback:
@@ -280,36 +292,73 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
             for i, axes in cap.spec.items()}
     cm = CompiledModule(pipe, cap.signature, builds, consts,
                         (module, backend, fallback, cap.auto_spec or dynamic, free,
-                         [tuple(x.shape) for x in examples], cap.ties), (cached, cap.path))
+                         [tuple(x.shape) for x in examples], cap.ties),
+                        (cached, cap.path, "off" if pk is None else "miss"))
+    if pk is not None and origin is not None:
+        auto = None if cap.auto_spec is None else (dict(cap.auto_spec.names), cap.auto_spec.fixed)
+        program_cache.store(pk, cm, roots, origin, {"auto": auto, "free": free, "ties": cap.ties,
+                                                    "widened": cap.widened, "path": cap.path})
     if cap.widened:   # traced at 1: the variant for the example, now
-        try:
-            cm._thunk(*examples, *consts)
-        except ShapeMismatch as err:
-            cm._other(examples, err)
+        _example_variant(cm, examples)
+    return cm
+
+
+def _example_variant(cm: CompiledModule, examples: tuple) -> None:
+    """A capture that traced a size-1 axis at 2: the variant for the example, compiled now."""
+    try:
+        cm._thunk(*examples, *cm._constants)
+    except ShapeMismatch as err:
+        cm._other(examples, err)
+
+
+def _cache_key(step: "_Steps", module: torch.nn.Module, args: tuple,
+               kwargs: Mapping[str, Any] | None, dynamic: Any, config: Config
+               ) -> tuple[str | None, str]:
+    """The capture cache's key of this compile (``artifact.capture``; the program cache's key
+    builds on it) and what the caches can do: ``"miss"`` (so far), ``"off"``,
+    ``"uncacheable: <why>"`` (no key)."""
+    if not config.capture_cache:
+        return None, "off"
+    try:
+        return step("capture", capture_cache.key, module, args, kwargs,
+                    (dynamic, config.fast_capture)), "miss"
+    except capture_cache.Uncacheable as why:
+        return None, f"uncacheable: {why}"
+
+
+def _loaded(hit: tuple, step: "_Steps", module: torch.nn.Module, args: tuple,
+            kwargs: Mapping[str, Any] | None, backend: str, fallback: bool, dynamic: Any,
+            config: Config) -> CompiledModule:
+    """The compiled module of a program cache hit (``artifact.program``), bound to this call."""
+    p, builds, signature, c = hit
+    p.graph.config = config   # the switches as this call gave them (equal where they matter)
+    p = replace(p, kernels=tuple(replace(k, config=config) for k in p.kernels))
+    examples = signature.bind(args, dict(kwargs or {}))
+    spec = dynamic if c["auto"] is None else Auto(*c["auto"])
+    cm = CompiledModule(replace(p, timings=step.timings), signature, builds,
+                        _device_constants(p.graph, backend),
+                        (module, backend, fallback, spec, c["free"],
+                         [tuple(x.shape) for x in examples], c["ties"]), ("hit", c["path"], "hit"))
+    if c["widened"]:
+        _example_variant(cm, examples)
     return cm
 
 
 def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
-                       kwargs: Mapping[str, Any] | None, dynamic: Any, cached: bool,
-                       fast: bool) -> tuple[Any, Graph, str]:
-    """Capture and lower, through the capture cache (``artifact.capture``) when ``cached``, by
-    the fast path where ``bridge.fast`` certifies the module and ``fast``; under
+                       kwargs: Mapping[str, Any] | None, dynamic: Any, k: str | None,
+                       cached: str, fast: bool) -> tuple[Any, Graph, str, Any]:
+    """Capture and lower, through the capture cache (``artifact.capture``; entry ``k``, None:
+    none), by the fast path where ``bridge.fast`` certifies the module and ``fast``; under
     ``dynamic="auto"``, a size with no dim form makes the input axes it depends on static, and
     the model is traced again (automatic generalization keeps free only the dims the program
-    can be compiled for). The third result says what the cache did: ``"hit"``, ``"miss"``,
-    ``"off"`` or ``"uncacheable: <why>"``."""
-    k, what = None, "off"
-    if cached:
-        try:
-            k = step("capture", capture_cache.key, module, args, kwargs, (dynamic, fast))
-        except capture_cache.Uncacheable as why:
-            what = f"uncacheable: {why}"
-        else:
-            hit = step("capture", capture_cache.load, k, module, args, kwargs)
-            if hit is not None:   # read back lowered: the lower step takes no time
-                step.timings["lower"] = 0.0
-                return (*hit, "hit")
-            what = "miss"
+    can be compiled for). The third result says what the capture cache did: ``"hit"``,
+    ``"miss"``, ``"off"`` or ``"uncacheable: <why>"`` (``cached`` unless it hit); the fourth
+    where the graph's constants come from (``capture.Origin``; None without an entry)."""
+    if k is not None:
+        hit = step("capture", capture_cache.load, k, module, args, kwargs)
+        if hit is not None:   # read back lowered: the lower step takes no time
+            step.timings["lower"] = 0.0
+            return (*hit[:2], "hit", hit[2])
     spec = dynamic
     while True:
         cap = step("capture", capture, module, args, kwargs, spec, fast)
@@ -320,13 +369,14 @@ def _capture_and_lower(step: "_Steps", module: torch.nn.Module, args: tuple,
             spec = cap.fixing(err.symbols)
             if spec is None:
                 raise
+    origin = None
     if k is not None:
         try:
-            step("capture", capture_cache.store, k, module, cap, g)
+            origin = step("capture", capture_cache.store, k, module, cap, g)
         except Exception as err:   # a cache that cannot be written costs the next compile, only
             logging.getLogger(__name__).warning("capture cache: entry not written (%s: %s)",
                                                 type(err).__name__, err)
-    return cap, g, what
+    return cap, g, cached, origin
 
 
 def _no_eager(g: Graph) -> None:
@@ -372,8 +422,7 @@ def _hostgen(g: Graph, bodies: Sequence[KernelBody], examples: Sequence[torch.Te
     example call's shapes, which the host program must accept (unless the capture ``widened`` a
     size-1 axis: then the size-1 variant serves the example)."""
     host, plan = lower(g, materialized_values(g), bodies)
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
-    consts = [c.detach().to(device).contiguous() for _, c in g.constants]
+    consts = _device_constants(g, backend)
     shapes = [tuple(x.shape) for x in examples] + [tuple(c.shape) for c in consts]
     try:
         host.interpret(shapes)
@@ -381,6 +430,13 @@ def _hostgen(g: Graph, bodies: Sequence[KernelBody], examples: Sequence[torch.Te
         if not widened:
             raise ShapeError(f"the example inputs violate the compiled program: {err}") from None
     return host, plan, consts, shapes
+
+
+def _device_constants(g: Graph, backend: str) -> list[torch.Tensor]:
+    """The graph's constants on the backend's device (the same storage when already there;
+    contiguous, so calls need not check them)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else "cpu"
+    return [c.detach().to(device).contiguous() for _, c in g.constants]
 
 
 def _static(g: Graph) -> bool:

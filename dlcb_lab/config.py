@@ -61,6 +61,9 @@ SWITCHES = (
            "False (env 0): every module is traced by torch.export with symbolic sizes"),
     Switch("capture_cache", "DLCB_CAPTURE_CACHE", lambda v: v != "0",
            "False (env 0): every compile traces (no capture cache, artifact.capture)"),
+    Switch("program_cache", "DLCB_PROGRAM_CACHE", lambda v: v != "0",
+           "False (env 0): every compile runs the passes, kgen and the build (no program cache, "
+           "artifact.program; it needs the capture cache's key)"),
 )
 _BY_NAME = {s.name: s for s in SWITCHES}
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -72,6 +75,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "numba_workers": (lambda v: type(v) is int and v >= 0, "a process count >= 0"),
     "fast_capture": (lambda v: isinstance(v, bool), "a bool"),
     "capture_cache": (lambda v: isinstance(v, bool), "a bool"),
+    "program_cache": (lambda v: isinstance(v, bool), "a bool"),
 }
 
 
@@ -99,6 +103,7 @@ class Config:
     numba_workers: int = 0
     fast_capture: bool = True
     capture_cache: bool = True
+    program_cache: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -67,7 +67,7 @@ def load(path: str | os.PathLike):
     units = m.get("units")
     if not isinstance(units, list) or len(units) != 1:
         raise r.error("expected one compiled unit (this dlcb_lab runs single-region modules)")
-    loaded = [load_unit(r, u, tensors) for u in units]
+    loaded = [load_unit(r, u, tensors.get) for u in units]
     pipe, builds = loaded[0]
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "cuda" else \
         torch.device("cpu")

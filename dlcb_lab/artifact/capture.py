@@ -33,6 +33,7 @@ record allowlist (``format``): a damaged or foreign entry is a miss, never an er
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -50,7 +51,7 @@ import torch.nn as nn
 
 from ..errors import ArtifactError
 
-__all__ = ["CACHE_FORMAT", "Uncacheable", "key", "load", "store"]
+__all__ = ["CACHE_FORMAT", "Origin", "Uncacheable", "key", "load", "store"]
 
 CACHE_FORMAT = 1
 _log = logging.getLogger(__name__)
@@ -63,6 +64,18 @@ _MAX_DEPTH = 6
 
 class Uncacheable(Exception):
     """Something the capture reads has no stable token: the compile traces and stores nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """Where a lowered graph's constants come from: ``fqns``, the id of each constant tensor
+    that is one of the module's parameters or buffers -> its name (the others are values the
+    lowering computed); ``checks``, name -> digest of each parameter or buffer a computed value
+    was read from. The program cache (``artifact.program``) binds by the one and checks the
+    other."""
+
+    fqns: dict[int, str]
+    checks: dict[str, str]
 
 
 # --- the key ----------------------------------------------------------------------------------
@@ -212,9 +225,9 @@ class _Tokens:
     def _module_code(self, name: str | None, where: str) -> None:
         """Cover Python module ``name``'s code: an installed package by its version, another
         module by its file's digest, and then the local modules it references."""
-        if name is None or name in self.code or name == "builtins":
-            return
-        top = name.split(".")[0]
+        top = (name or "").split(".")[0]
+        if name is None or name in self.code or name == "builtins" or top == _DLCB_DIR.name:
+            return   # DLCB's own modules: the key's DLCB digest (however many are imported)
         top_path = getattr(sys.modules.get(top), "__file__", None)
         if top_path is not None and os.path.realpath(top_path).startswith(_INSTALLED):
             self.code[name] = _package_version(top, os.path.realpath(top_path))
@@ -286,8 +299,9 @@ def _state(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load(k: str, module: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None):
-    """``(Captured, Graph)`` of entry ``k`` bound to ``module``'s tensors and this call's
-    inputs, or None (no entry, a damaged one, or lowered values of other parameter values)."""
+    """``(Captured, Graph, Origin)`` of entry ``k`` bound to ``module``'s tensors and this
+    call's inputs, or None (no entry, a damaged one, or lowered values of other parameter
+    values)."""
     from .format import Reader, TensorTable, load_records
     from .signature import signature_of
     from ..bridge.capture import Auto, Captured
@@ -312,15 +326,17 @@ def load(k: str, module: nn.Module, args: tuple, kwargs: Mapping[str, Any] | Non
         cap = Captured(None, c["names"], tuple(examples), c["spec"], c["pins"], c["widened"],
                        c["oblivious"], c["declared"], signature, c["ties"], c["symbols"], auto,
                        c["path"])
-        return cap, rec["graph"]
+        fqns = {id(t): ref[1] for t, ref in zip(tensors, m["refs"]) if ref[0] == "state"}
+        return cap, rec["graph"], Origin(fqns, dict(m["checks"]))
     except (ArtifactError, KeyError, IndexError, TypeError, ValueError) as err:
         _log.info("capture cache entry %s not used: %s", path.name, err)
         return None
 
 
-def store(k: str, module: nn.Module, cap, g) -> None:
+def store(k: str, module: nn.Module, cap, g) -> Origin | None:
     """Write entry ``k``: ``g`` (just lowered, before the passes) and ``cap``'s records; a graph
-    or signature the records cannot hold is not stored (the next compile traces again)."""
+    or signature the records cannot hold is not stored (the next compile traces again: None).
+    Returns where ``g``'s constants come from."""
     from torch.export.graph_signature import InputKind
 
     from .format import TensorTable, Writer, dump_records
@@ -341,7 +357,7 @@ def store(k: str, module: nn.Module, cap, g) -> None:
         signature = signature_json(cap.signature)
     except ArtifactError as err:
         _log.info("capture not cached: %s", err)
-        return
+        return None
     refs, values = [], []
     for t in table.tensors:
         fqn = targets.get(id(t))
@@ -358,6 +374,8 @@ def store(k: str, module: nn.Module, cap, g) -> None:
     w.add("tensors.pt", TensorTable(values).to_bytes())
     w.write(_path(k), {"kind": "capture", "refs": refs, "checks": checks,
                        "signature": signature})
+    return Origin({id(t): ref[1] for t, ref in zip(table.tensors, refs) if ref[0] == "state"},
+                  checks)
 
 
 def _folded_sources(cap, g) -> set[str]:

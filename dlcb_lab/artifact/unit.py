@@ -26,7 +26,7 @@ import hashlib
 import logging
 import pathlib
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -89,9 +89,13 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
     return meta
 
 
-def load_unit(r: Reader, meta: dict[str, Any], tensors: TensorTable) -> tuple[Pipeline, int]:
+def load_unit(r: Reader, meta: dict[str, Any], tensor: Callable[[Any], Any],
+              emitter_checked: bool = False) -> tuple[Pipeline, int]:
     """Unit ``meta`` of ``r``: the pipeline with its thunk and launchers, and the kernel functions
-    built on the way (0 unless numba's cache missed, e.g. on another CPU)."""
+    built on the way (0 unless numba's cache missed, e.g. on another CPU). ``tensor`` resolves
+    the records' tensor references (``TensorTable.get``). ``emitter_checked``: the caller knows
+    this DLCB's code generator wrote the kernels (the program cache's key holds its source
+    digest): the CUDA source is not emitted again to compare."""
     prefix = _field(r, meta, "prefix", str)
     backend = _field(r, meta, "backend", str)
     what = f"artifact {r.path}, unit {prefix}"
@@ -99,16 +103,16 @@ def load_unit(r: Reader, meta: dict[str, Any], tensors: TensorTable) -> tuple[Pi
         _check_device(meta, what)
     elif backend != "cpu":
         raise ArtifactError(f"{what}: unknown backend {backend!r}")
-    p = load_records(r.member(f"{prefix}/records.pkl"), tensors.get, what)
+    p = load_records(r.member(f"{prefix}/records.pkl"), tensor, what)
     if not isinstance(p, Pipeline):
         raise ArtifactError(f"{what}: records hold a {type(p).__name__}, not a Pipeline")
     _check_host_program(p, what)
     bodies = [k.body for k in p.kernels]
     if [b.name for b in bodies] != meta.get("kernels"):
         raise ArtifactError(f"{what}: kernel list differs from the manifest's")
-    source = cuda_module(bodies) if backend == "cuda" else \
+    source = ("" if emitter_checked else cuda_module(bodies)) if backend == "cuda" else \
         cpu_module(bodies, p.config.numba_parallel)[0]
-    if _sha(source) != meta.get("source_sha256"):
+    if not (emitter_checked and backend == "cuda") and _sha(source) != meta.get("source_sha256"):
         raise ArtifactError(f"{what}: this dlcb_lab emits different {backend} source for the "
                             f"saved kernels (the artifact was built by another code generator)")
     if backend == "cuda":

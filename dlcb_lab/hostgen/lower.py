@@ -176,6 +176,10 @@ class LaunchPlan(Rich):
     index_checks: tuple[tuple[Operand, int, str], ...] = ()
     """Index checks no launch makes: index inputs a value of literally no elements reads (eager
     refuses an out-of-range index there too), as ``KernelLaunch.index_checks``."""
+    constant_indices: tuple[tuple[int, int], ...] = ()
+    """``(value id, extent)`` per constant index tensor checked at compile time against a
+    literal extent (its values in ``[0, extent)``): the one place a program depends on the
+    values of constants, which the program cache checks again on new weights."""
 
     @property
     def kernels(self) -> tuple[KernelLaunch, ...]:
@@ -299,6 +303,7 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
     consts_t = {v.id: t for v, t in g.constants}
     mats = set(buf_index)
     steps: list[Step] = []
+    checked: list[tuple[int, int]] = []
     empty_checks: list[tuple[Operand, int, str]] = []
     for ps in g.partition.steps if g.partition is not None else partition_steps(g):
         v = by_id[ps.value_id]
@@ -306,7 +311,7 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
             steps.append(replace(_library_call(g, hb, v.producer, operand, buf_index[v.id]),
                                  step=ps.index))
             continue
-        checks = _index_checks(hb, index_reads(g, v, mats), v.name, operand, consts_t)
+        checks = _index_checks(hb, index_reads(g, v, mats), v.name, operand, consts_t, checked)
         if not ps.launches:
             empty_checks += checks
             continue
@@ -324,7 +329,8 @@ def lower(g: Graph, buffers: Sequence[Value], kernels: Sequence[KernelBody]
     steps = _in_place(g, steps, frees, buffers, kernels)
     return host, LaunchPlan(plan_bufs, tuple(steps), frees, outputs,
                             host.args, host.regs, guards,
-                            tuple(c for c in empty_checks if c[0].src is Src.INPUT))
+                            tuple(c for c in empty_checks if c[0].src is Src.INPUT),
+                            tuple(checked))
 
 
 def _kernel_launch(hb: HostBuilder, kb: KernelBody, operand, out: int
@@ -353,10 +359,10 @@ def _launch_slots(hb: HostBuilder, kb: KernelBody, operand, out: int
 
 
 def _index_checks(hb: HostBuilder, reads: Sequence[tuple[Value, Expr]], reader: str, operand,
-                  consts: dict) -> list[tuple[Operand, int, str]]:
+                  consts: dict, checked: list) -> list[tuple[Operand, int, str]]:
     """``(operand, extent register, what)`` per index tensor in ``reads`` (``(index value,
     extent)``) read by the value ``reader``; a constant against a literal extent is checked once,
-    here."""
+    here (and listed in ``checked``)."""
     checks = []
     for idx, ext in reads:
         what = f"index tensor '{idx.name}' read by '{reader}'"
@@ -364,6 +370,7 @@ def _index_checks(hb: HostBuilder, reads: Sequence[tuple[Value, Expr]], reader: 
         if t is not None and isinstance(ext, Lit):
             if t.numel() and not (0 <= int(t.min()) and int(t.max()) < ext.value):
                 raise ShapeError(f"{what}: values outside [0, {ext.value})")
+            checked.append((idx.id, ext.value))
             continue
         checks.append((operand(idx), hb.slot(f"{reader}.{idx.name}.extent", ext), what))
     return checks

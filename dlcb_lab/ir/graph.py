@@ -59,6 +59,21 @@ class Node:
 
 
 @dataclass(eq=False)
+class Derived:
+    """A constant a pass computed from other constants: ``out`` holds ``how(*inputs, **attrs)``
+    cast to ``out``'s dtype, contiguous; ``how`` an op (its torch reference) or the name of a
+    function of ``passes.core.DERIVE``; ``inputs`` constant values (module parameters and
+    buffers, or earlier ``Derived`` outputs) and scalars. ``Graph.derived`` lists them in the
+    order they were made: ``passes.core.replay`` recomputes every one from new weights (the
+    program cache binds a compiled program to a module's live parameters)."""
+
+    out: Value
+    how: "OpDef | str"
+    inputs: tuple[Any, ...]
+    attrs: Mapping[str, Any]
+
+
+@dataclass(eq=False)
 class Graph(Rich):
     """A DLCB IR graph and its shape-constraint solver."""
 
@@ -74,6 +89,8 @@ class Graph(Rich):
     config: Config = field(default_factory=Config)
     """The compile's switches (``dlcb_lab.config``; set by ``passes.run_passes``), which the
     passes read."""
+    derived: list[Derived] = field(default_factory=list)
+    """The constants the passes computed, in order (``passes.core.derive``)."""
     examples: dict[str, int] = field(default_factory=dict)
     """Dim name -> its size in the compile's example inputs (the bridge: which piece of a
     piecewise size rule, a negative slice bound say, the compile takes)."""

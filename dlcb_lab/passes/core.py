@@ -4,13 +4,14 @@ code elimination."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import torch
 
 from ..dims import Expr, Lit, shape
 from ..display import Rich
-from ..ir.graph import Graph, Node, Value
-from ..ir.ops import Ops
+from ..ir.graph import Derived, Graph, Node, Value
+from ..ir.ops import OpDef, Ops
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,48 @@ def make_constant(g: Graph, v: Value, t: torch.Tensor) -> None:
     g.constants.append((v, t))
 
 
+DERIVE: dict[str, Callable[..., torch.Tensor]] = {
+    "scale_out_channels": lambda w, s: w * s.reshape(-1, *[1] * (w.dim() - 1)),
+}
+"""Derivations of constants that are no single op (``derive``'s ``how`` by name)."""
+
+
+def _evaluate(how: OpDef | str, args: list, attrs: Mapping[str, Any], dtype: torch.dtype
+              ) -> torch.Tensor:
+    fn = DERIVE[how] if isinstance(how, str) else how.reference
+    with torch.no_grad():
+        return fn(*args, **attrs).to(dtype).contiguous()
+
+
+def derive(g: Graph, how: OpDef | str, inputs: tuple, attrs: Mapping[str, Any] | None = None, *,
+           out: Value | None = None, name: str = "", dtype: torch.dtype | None = None) -> Value:
+    """A constant computed now from constants (and scalars) ``inputs``: ``how`` an op (its
+    torch reference) or a ``DERIVE`` name. ``out``: a node's result, which becomes that
+    constant (its producer dropped); else a new constant ``name`` of ``dtype``. Every constant a
+    pass makes goes through here and is recorded in ``g.derived`` (``replay``)."""
+    consts = {v.id: t for v, t in g.constants}
+    args = [consts[x.id] if isinstance(x, Value) else x for x in inputs]
+    attrs = dict(attrs or {})
+    t = _evaluate(how, args, attrs, out.dtype if out is not None else dtype)
+    if out is None:
+        out = g.constant(name, t)
+    else:
+        make_constant(g, out, t)
+    g.derived.append(Derived(out, how, tuple(inputs), attrs))
+    return out
+
+
+def replay(derived: list[Derived], values: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """``values`` (value id -> tensor: the constants the capture made) extended by every
+    ``derived`` constant, recomputed from them in order (``derive``'s arithmetic, bit for
+    bit). Raises ``KeyError`` for an input not in ``values``."""
+    out = dict(values)
+    for d in derived:
+        args = [out[x.id] if isinstance(x, Value) else x for x in d.inputs]
+        out[d.out.id] = _evaluate(d.how, args, d.attrs, d.out.dtype)
+    return out
+
+
 def _static(attr) -> bool:
     if isinstance(attr, Expr):
         return isinstance(attr, Lit)
@@ -83,11 +126,8 @@ def fold_constants(g: Graph, log: list[str]) -> Graph:
         if not tensors or any(x.id not in consts for x in tensors) or \
                 not all(_static(a) for a in n.attrs.values()) or _weight_view(n, use):
             continue
-        with torch.no_grad():
-            args = [consts[x.id] if isinstance(x, Value) else x for x in n.inputs]
-            t = n.op.reference(*args, **n.attrs).to(n.out.dtype).contiguous()
-        make_constant(g, n.out, t)
-        consts[n.out.id] = t
+        v = derive(g, n.op, n.inputs, n.attrs, out=n.out)
+        consts[v.id] = t = g.constants[-1][1]
         log.append(f"%{n.out.name} = {n.op.name}({', '.join(_names(n))}) -> constant "
                    f"{list(t.shape)}")
     return g

@@ -19,7 +19,7 @@ from ..dims import as_expr, prod
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import OpDef, OpKind, Ops, infer_dtypes, is_scalar
 from ..ir.ops.library import SDPA_NLHD
-from .core import constant_of, replace_value, uses
+from .core import constant_of, derive, replace_value, uses
 
 Rule = Callable[[Graph, Node, dict], "str | None"]
 
@@ -60,8 +60,8 @@ def _conv_scale(g: Graph, n: Node, use: dict) -> str | None:
         if vec is None or w is None or vec.numel() != w.shape[0] or \
                 not nhwc_weight_is_a_copy(w, g.config):
             continue
-        w2 = g.constant(f"{conv.inputs[1].name}*{s.name}",
-                        (w * vec.reshape(-1, 1, 1, 1)).to(w.dtype))
+        w2 = derive(g, "scale_out_channels", (conv.inputs[1], s),
+                    name=f"{conv.inputs[1].name}*{s.name}", dtype=w.dtype)
         conv.inputs = (conv.inputs[0], w2)
         replace_value(g, n.out, y)
         g.nodes.remove(n)
@@ -97,7 +97,7 @@ def _shift_scale(g: Graph, n: Node, use: dict) -> str | None:
     if hit is None:
         return None
     inner, y, c, s = hit
-    cs = g.constant(f"{c.name}*{s.name}", (constant_of(g, c) * constant_of(g, s)).to(y.dtype))
+    cs = derive(g, Ops.mul, (c, s), name=f"{c.name}*{s.name}", dtype=y.dtype)
     inner.op, inner.inputs = n.op, (y, s)       # the add becomes y * s ...
     n.op, n.inputs = Ops.add, (inner.out, cs)  # ... and the mul adds c * s
     return f"%{n.out.name}: (%{y.name} + %{c.name}) * %{s.name} -> %{y.name} * %{s.name} + " \
@@ -110,7 +110,7 @@ def _shift_shift(g: Graph, n: Node, use: dict) -> str | None:
     if hit is None:
         return None
     inner, y, a, b = hit
-    ab = g.constant(f"{a.name}+{b.name}", (constant_of(g, a) + constant_of(g, b)).to(y.dtype))
+    ab = derive(g, Ops.add, (a, b), name=f"{a.name}+{b.name}", dtype=y.dtype)
     n.inputs = (y, ab)
     g.nodes.remove(inner)
     return f"%{n.out.name}: (%{y.name} + %{a.name}) + %{b.name} -> %{y.name} + %{ab.name}"
@@ -443,10 +443,11 @@ def _merge_linears(g: Graph, n: Node, use: dict) -> str | None:
             all(t.dtype == mine[0].dtype for t in ts) and ts[0].shape[1] == mine[0].shape[1]]
     if len(sibs) < 2 or sibs[0][0] is not n:   # placed where the first of them was
         return None
-    parts = [torch.cat([ts[k] for _, ts in sibs]) for k in range(len(mine))]
-    names = [f"{p.name}_cat{len(sibs)}" for p in n.inputs[1:]]
-    y = g.apply(Ops.linear, x, *(g.constant(nm, t) for nm, t in zip(names, parts)),
-                name=f"{n.out.name}_merged", where=n.where, insert_before=n)
+    parts = [derive(g, Ops.cat, tuple(m.inputs[1 + k] for m, _ in sibs), {"dim": 0},
+                    name=f"{p.name}_cat{len(sibs)}", dtype=p.dtype)
+             for k, p in enumerate(n.inputs[1:])]
+    y = g.apply(Ops.linear, x, *parts, name=f"{n.out.name}_merged", where=n.where,
+                insert_before=n)
     start = 0
     for m, ts in sibs:
         width = ts[0].shape[0]

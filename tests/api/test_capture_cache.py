@@ -35,6 +35,7 @@ class Net(nn.Module):
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("DLCB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DLCB_PROGRAM_CACHE", "0")   # each compile reads the capture cache
     return tmp_path / "cache"
 
 

@@ -72,7 +72,8 @@ def test_env_default_and_call_override(monkeypatch, model):
                       config=dl.Config(channels_last=False, depthwise="library"))
     assert _layouts(call) == ["NCHW"]
     assert [r[3] for r in call.pipeline.config.rows()][1:] == \
-        ["default", "default", "default", "call", "call", "default", "default", "default"]
+        ["default", "default", "default", "call", "call", "default", "default", "default",
+         "default"]
     for cm in (off, on, dflt, call):
         _check(cm, model, _x(3))
 
