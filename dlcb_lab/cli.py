@@ -1,6 +1,8 @@
 """``dlcb-lab``: the command line.
 
     dlcb-lab bench [options]     a benchmark sweep (``bench.harness``; ``dlcb-lab bench -h``)
+    dlcb-lab compile [options]   cold, warm and first-call compile times per phase, DLCB against
+                                 torch.compile, and the compile targets (``bench.compile``)
     dlcb-lab figures [CSV ...]   Fig. 2 and Fig. 3 as PNG and SVG, the headline numbers and
                                  Stage 4's targets (``bench.figures``)
 """
@@ -20,6 +22,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="a benchmark sweep: models x systems x shapes",
                            description=harness.__doc__.split("\n\n")[0])
     harness.main_args(bench)
+    from .bench import compile as bcompile
+
+    comp = sub.add_parser("compile", help="compile times per phase and the compile targets",
+                          description=bcompile.__doc__.split("\n\n")[0])
+    bcompile.add_args(comp)
     figs = sub.add_parser("figures", help="the paper's figures from benchmark CSVs",
                           formatter_class=harness.bm.DefaultsHelp)
     figs.add_argument("csv", nargs="*", help=f"models.csv files; where two hold the same cell, "
@@ -28,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     figs.add_argument("--out", default="data/figures", help="folder for the PNG and SVG files")
     a = ap.parse_args(argv)
     try:
+        if a.command == "compile":
+            return bcompile.run_args(a)
         return harness.main(a) if a.command == "bench" else _figures(a)
     except ValueError as err:
         ap.error(str(err))

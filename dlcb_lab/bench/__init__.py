@@ -1,6 +1,7 @@
 """Benchmarks (results are pandas DataFrames): ``run`` is the sweep harness
 (``bench.harness.run``); ``models``, ``zoo``, ``graphs``, ``bandwidth``, ``overhead`` the
-single benchmarks; ``scenarios`` names every measurement method with its command and runs the
+single benchmarks; ``compile`` the compile-time run (cold, warm, a new shape's first call, per
+phase) and its targets; ``scenarios`` names every measurement method with its command and runs the
 per-kernel and first-call profiles."""
 
 

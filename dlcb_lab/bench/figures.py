@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 PAPER_SPEEDUP = {"dlcb-static": 1.10, "dlcb-dynamic": 0.92}
 PAPER_COMPILE_S = {"DLCB (paper)": 0.84, "torch.compile (paper)": 9.4}
-COLORS = {"eager-cudagraph": "#9e9e9e", "torch.compile-static": "#90caf9",
+COLORS = {"eager-cudagraph": "#9e9e9e", "torch.compile": "#5c6bc0",
+          "torch.compile-static": "#90caf9",
           "torch.compile-dynamic": "#42a5f5", "torch.compile-cudagraphs": "#1565c0",
           "dlcb-static": "#ffb74d", "dlcb-dynamic": "#e65100"}
 CELL = ["model", "system", "batch", "seq", "res"]

@@ -21,6 +21,9 @@ Systems (``SYSTEMS``; ``CUDA_ONLY`` ones give skipped rows on cpu):
   eager                     the module
   eager-cudagraph           per shape: 3 eager calls on a side stream, torch.cuda.CUDAGraph
                             capture (own pool), then replays; CUDA only
+  torch.compile             torch.compile(m), the default (dynamic=None): Inductor compiles
+                            static at the first shape and recompiles with dynamic sizes at the
+                            first shape that differs
   torch.compile-static      torch.compile(m, dynamic=False): Inductor recompiles per shape
   torch.compile-dynamic     torch.compile(m, dynamic=True)
   torch.compile-cudagraphs  torch.compile(m, mode="reduce-overhead"); CUDA only
@@ -88,7 +91,9 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
   graphs, graph_breaks   torch.compile: ``unique_graphs``; sum of ``counters["graph_break"]``
   variants, jit_builds, kernel_builds   DLCB: ``cm.stats()`` summed over its modules
   capture_hits   DLCB: its compiles that read the capture cache (``artifact.capture``) instead
-                 of tracing (0 in a cold process: its caches are new); ``capture_fast``: its
+                 of tracing (0 in a cold process: its caches are new); ``program_hits``:
+                 those that loaded the finished program (``artifact.program``: no passes, kgen
+                 or build; phases ``capture``, the key, and ``load``); ``capture_fast``: its
                  compiles captured by the fast path (``bridge.fast``: a static export)
   phase_<step>_s  DLCB, at a shape whose setup compiled: wall s of each step of that
                  ``dl.compile`` (``cm.pipeline.timings``: capture (torch.export), lower,
@@ -101,7 +106,8 @@ measured and ``error`` then says why (``skipped: ...``, ``<stage> <shape>: <Type
   warm_compile_s, warm_phase_<step>_s   with ``--warm``: compile_s and the phases of the first
                  shape in a second process over the first one's caches (DLCB's kernel and
                  capture caches, Inductor's and Triton's), as a restarted service compiles;
-                 ``warm_capture_hits`` (DLCB) says whether its compile read the capture cache
+                 ``warm_capture_hits`` and ``warm_program_hits`` (DLCB) say whether its compile
+                 read the capture cache and loaded the program
 
 ``env.json`` (``environment``): versions (python, torch, CUDA, cuDNN, torchvision,
 transformers, numpy, pandas, numba, dlcb-lab), GPU name, count, capability, memory, driver; CPU,
@@ -147,8 +153,8 @@ if TYPE_CHECKING:
 TEXT = ("bert", "gpt2")
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0",
                   "squeezenet1_1", "convnext_tiny", "vit_b_16", *TEXT)
-SYSTEMS = ("eager", "eager-cudagraph", "torch.compile-static", "torch.compile-dynamic",
-           "torch.compile-cudagraphs", "dlcb-static", "dlcb-dynamic")
+SYSTEMS = ("eager", "eager-cudagraph", "torch.compile", "torch.compile-static",
+           "torch.compile-dynamic", "torch.compile-cudagraphs", "dlcb-static", "dlcb-dynamic")
 CUDA_ONLY = {"eager-cudagraph": "CUDA graphs",
              "torch.compile-cudagraphs": 'CUDA graphs (mode="reduce-overhead")'}
 COLUMNS = ["model", "system", "batch", "seq", "res", "metric", "value", "error"]
@@ -367,13 +373,15 @@ class _Dlcb(_System):
         return dict(recompiles=tot("compiles") - 1, variants=tot("variants"),
                     jit_builds=tot("jit_builds"), kernel_builds=tot("kernel_builds"),
                     capture_hits=sum(s["capture"] == "hit" for s in st),
-                    capture_fast=sum(s["capture_path"] == "fast" for s in st))
+                    capture_fast=sum(s["capture_path"] == "fast" for s in st),
+                    program_hits=sum(s["program"] == "hit" for s in st))
 
 
 def make_system(system: str, m: torch.nn.Module, device: str) -> _System:
     makers = {
         "eager": lambda: _System(m, device),
         "eager-cudagraph": lambda: _CudaGraph(m, device),
+        "torch.compile": lambda: _TorchCompile(m, device),
         "torch.compile-static": lambda: _TorchCompile(m, device, dynamic=False),
         "torch.compile-dynamic": lambda: _TorchCompile(m, device, dynamic=True),
         "torch.compile-cudagraphs": lambda: _TorchCompile(m, device, mode="reduce-overhead"),
@@ -642,7 +650,7 @@ def run_process(model: str, system: str, cfg: Config, timeout: float,
                                   "warm")
             rows += [dict(r, metric=f"warm_{r['metric']}") for r in again
                      if (r["batch"], r["seq"], r["res"]) == first
-                     and (r["metric"] in ("compile_s", "capture_hits")
+                     and (r["metric"] in ("compile_s", "capture_hits", "program_hits")
                           or r["metric"].startswith("phase_") or r["error"])]
         return rows
 

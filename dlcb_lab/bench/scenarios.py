@@ -71,6 +71,12 @@ SCENARIOS = {
         "dlcb-lab bench --systems dlcb-dynamic,torch.compile-dynamic --warm",
         "the cold compile again in a new process over the first one's caches (a restarted "
         "service)", ("warm_compile_s", "warm_phase_<step>_s")),
+    "compile": Scenario(
+        "python -m dlcb_lab.bench.compile",
+        "cold, warm (caches kept, a new process) and a new shape's first call per phase, DLCB "
+        "dynamic against torch.compile (default and reduce-overhead), one cell at a time; a "
+        "table per (model, system) and the compile targets",
+        ("compile_s", "warm_compile_s", "first_call_ms", "recompiles", "phase_<step>_s")),
     "new-shape": Scenario(
         "dlcb-lab bench --systems eager,dlcb-dynamic",
         "each later shape's first call, and eager's first call there in the same process",
