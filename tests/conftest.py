@@ -10,6 +10,8 @@ import torch
 os.environ.setdefault("DLCB_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dlcb_test_cache"))
 # pytest-xdist already runs a worker per core: numba builds stay in-process (one test covers more)
 os.environ.setdefault("DLCB_NUMBA_WORKERS", "1")
+# Every compile runs the whole pipeline (the program cache has its own tests, which turn it on)
+os.environ.setdefault("DLCB_PROGRAM_CACHE", "0")
 # Tests are layered by stage (tests/<stage>/); the shared helpers (harness, models, fuzz, ...) live
 # in tests/tools and are imported by their module names.
 sys.path.insert(0, str(Path(__file__).parent / "tools"))

@@ -69,8 +69,8 @@ def store(k: str, cm, roots: list[tuple[Any, torch.Tensor]], origin, compiled: d
     kernel build). ``roots``: the lowered graph's constants before the passes, ``(value,
     tensor)``; ``origin``: where they come from (``capture.Origin``); ``compiled``: what the
     compiled module needs to compile again for other calls (``api.compile``'s source record)."""
-    t = threading.Thread(target=_write, args=(k, cm, list(roots), origin, compiled),
-                         name="dlcb-program-cache")
+    t = threading.Thread(target=_write, args=(_path(k), cm, list(roots), origin, compiled),
+                         name="dlcb-program-cache")   # the folder of now, not of the write
     t.start()
     _writes.append(t)
 
@@ -81,7 +81,7 @@ def wait() -> None:
         _writes.pop().join()
 
 
-def _write(k: str, cm, roots, origin, compiled: dict) -> None:
+def _write(path: pathlib.Path, cm, roots, origin, compiled: dict) -> None:
     from .format import TensorTable, Writer, dump_records
     from .signature import signature_json
     from .unit import save_unit
@@ -103,7 +103,7 @@ def _write(k: str, cm, roots, origin, compiled: dict) -> None:
                 root_of.get(by_id.get(id(t))) or ref(t) for t in table.tensors]
         w.add("compiled.pkl", dump_records(compiled, TensorTable(), check=False))
         w.add("tensors.pt", values.to_bytes())
-        w.write(_path(k), {"kind": "program", "unit": unit, "roots": list(root_of.items()), "refs": refs,
+        w.write(path, {"kind": "program", "unit": unit, "roots": list(root_of.items()), "refs": refs,
                            "checks": origin.checks, "signature": signature_json(cm.signature)})
     except Exception as err:   # a cache that cannot be written costs the next compile, only
         _log.warning("program cache: entry not written (%s: %s)", type(err).__name__, err)

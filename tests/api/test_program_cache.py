@@ -40,6 +40,7 @@ SHAPES = [(2, 3, 8, 8), (5, 3, 12, 7), (1, 3, 8, 8)]
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("DLCB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DLCB_PROGRAM_CACHE", "1")   # the suite's default is off (conftest)
     return tmp_path / "cache"
 
 
@@ -63,6 +64,7 @@ def _compile(m, **kw):
 
 
 def test_a_second_compile_loads_the_program_and_equals_eager(cache_dir):
+    program.wait()   # no write of an earlier test lands in this folder
     m = _net()
     cold = _compile(m)
     assert cold.stats()["program"] == "miss" and {"passes", "kgen", "build"} <= set(

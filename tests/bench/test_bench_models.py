@@ -228,11 +228,12 @@ def test_paired_times_dynamic_against_a_static_compile_in_turn():
                    bm.run_one("resnet18", "eager", cfg))   # dlcb-dynamic's alone
 
 
-def test_warm_reruns_the_cell_over_its_caches():
+def test_warm_reruns_the_cell_over_its_caches(monkeypatch):
     """``--warm``: a second process over the first one's caches gives ``warm_compile_s`` and
     the phases of its first shape; DLCB's kernels come from the cache (its build phase is the
     loading, no numba compile: far under the cold one's), its program from the program cache
     (no trace, lowering, passes or build: the entry loaded)."""
+    monkeypatch.setenv("DLCB_PROGRAM_CACHE", "1")   # the suite's default is off (conftest)
     cfg = bm.Config(device="cpu", batches=(1,), res=32, tiny=True, reps=1, warmup=0, warm=True)
     rows = bm.run_process("resnet18", "dlcb-dynamic", cfg, timeout=600)
     got = {r["metric"]: r["value"] for r in rows if not r["error"]}
