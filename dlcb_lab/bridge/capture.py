@@ -177,6 +177,12 @@ def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | 
             ep, symbolic = _export(module, examples, call, spec, widen, oblivious=True)
             if any(k not in symbolic[i] for i, k in widen):   # the code fixes a widened axis
                 raise SpecError("a widened axis was specialized")
+            if widen and _branches_apart(ep, examples):   # the example's own sizes take the
+                try:   # other side of a branch the widened ones took: traced as they are
+                    ep, symbolic = _export(module, examples, call, spec, set(), oblivious=True)
+                    widen = set()
+                except DLError:   # the widened program stands; the example runs a variant
+                    pass
         except DLError:   # traced as given, with export's 0/1 specialization (ranges from 2)
             widen, oblivious = set(), False
             ep, symbolic = _export(module, examples, call, spec, widen, oblivious=False)
@@ -361,6 +367,31 @@ def _quiet():
 def is_symbolic(size: Any) -> bool:
     """A size export left symbolic (a specialized one may be a SymInt of known value)."""
     return isinstance(size, torch.SymInt) and size.node.maybe_as_int() is None
+
+
+def _branches_apart(ep, examples: Sequence[torch.Tensor]) -> bool:
+    """Whether a guard of the module's own code (not torch's) that the trace recorded is false at
+    the examples' own sizes: a size-1 axis traced at 2 took a branch the example does not (a
+    decode step's one new token traced as two makes ``new + past > mask length`` true and pads
+    the mask; at 1 it is false)."""
+    import sympy
+
+    sizes: dict = {}
+    for n, ex in zip(_user_inputs(ep), examples):
+        for sz, actual in zip(n.meta["val"].shape, ex.shape):
+            if is_symbolic(sz) and isinstance(sz.node.expr, sympy.Symbol):
+                sizes[sz.node.expr] = int(actual)
+    env = next((sz.node.shape_env for n in _user_inputs(ep)
+                for sz in n.meta["val"].shape if isinstance(sz, torch.SymInt)), None)
+    if env is None:
+        return False
+    for guard in env.guards:
+        at = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+        if not hasattr(at, "filename") or at.filename.startswith(TORCH_DIR):
+            continue
+        if env.replace(guard.expr).xreplace(sizes) is sympy.false:
+            return True
+    return False
 
 
 def _user_inputs(ep) -> list:

@@ -85,9 +85,11 @@ def test_auto_traced_at_batch_one_serves_every_batch():
 
 
 def test_auto_at_batch_one_with_a_size_guard_runs_a_variant():
-    """Traced at batch 1 under ``auto``, a branch on the batch (``N > 1``) makes the general
-    program hold for N >= 2: batch 1 runs a variant compiled once, whose spec leaves out the
-    axes the weight pinned (channels: declaring them would be a ShapeError)."""
+    """Traced at batch 1 under ``auto``, a branch on the batch (``N > 1``): the size-1 axis
+    traced at 2 takes the other side than the example, so the example's own sizes are traced
+    (size-obliviously: N stays a dim) and the general program holds for N <= 1; batch 2 and 4
+    run a variant compiled once, whose spec leaves out the axes the weight pinned (channels:
+    declaring them would be a ShapeError)."""
     class Guarded(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -99,11 +101,35 @@ def test_auto_at_batch_one_with_a_size_guard_runs_a_variant():
 
     m = Guarded().eval()
     cm = dl.compile(m, (torch.randn(1, 3, 8, 8),), dynamic="auto", backend="cpu")
-    assert cm.stats()["variants"] == 1   # compiled for the example, at compile time
+    assert cm.stats()["variants"] == 0   # the example's side is the general program
     for n in (1, 4, 1, 2):
         x = torch.randn(n, 3, 8, 8)
         torch.testing.assert_close(cm(x), m(x))
     assert cm.stats()["compiles"] == 2 and cm.stats()["thunks"]["variant"] == 2
+
+
+def test_a_widened_size_one_axis_never_flips_the_examples_branch():
+    """A decode step's shape logic (issue: one new token, a mask of past + new): traced with the
+    new-token axis at 2 the mask would be padded, a branch no real step takes; the example's own
+    sizes are traced instead, so one program serves past lengths 0, 1 and more and the prefill,
+    with no variant, and a compile from a (1, 1, 1) example runs on its example."""
+    class Step(torch.nn.Module):
+        def forward(self, q, mask, k):      # q[B,S,D], mask[B,P+S], k[B,P,D]
+            if (pad := q.shape[1] + k.shape[1] - mask.shape[-1]) > 0:
+                mask = torch.nn.functional.pad(mask, (0, pad))
+            return torch.cat([k, q], 1) * mask[:, :, None]
+
+    def mk(b, s, p):
+        return torch.randn(b, s, 4), torch.ones(b, p + s), torch.randn(b, p, 4)
+
+    m = Step()
+    cm = dl.compile(m, mk(2, 1, 16), dynamic="auto", backend="cpu")
+    for b, s, p in ((3, 1, 5), (2, 1, 1), (2, 1, 0), (4, 7, 3), (1, 1, 1)):
+        xs = mk(b, s, p)
+        torch.testing.assert_close(cm(*xs), m(*xs))
+    assert cm.stats()["compiles"] == 1, cm.stats()
+    xs = mk(1, 1, 1)
+    torch.testing.assert_close(dl.compile(m, xs, dynamic="auto", backend="cpu")(*xs), m(*xs))
 
 
 def test_torch_compile_recompiles_where_dlcb_does_not():
