@@ -19,7 +19,7 @@ from .artifact import capture as capture_cache
 from .artifact import program as program_cache
 from .bridge.aten import NoDimForm, lower_to_ir
 from .bridge.guards import is_traced_guard
-from .bridge.capture import Auto, auto, capture
+from .bridge.capture import Auto, auto, capture, derived_apart
 from .bridge.generalize import check_generalization
 from .bridge.signature import CallSignature
 from .config import Config, resolve as resolve_config
@@ -59,8 +59,8 @@ class CompiledModule(Rich):
     compiled signature (``jit``, by signature: another rank is traced ``dynamic="auto"``,
     another dtype with the compile's own ``dynamic``); a call on the other side of a branch the
     module's code takes on sizes (a guard torch.export recorded, checked by the host program,
-    or two input axes export tied by one: a variant traced at the call's sizes; ``variants``,
-    by the guard or the axes); and a call the general program refuses where a dynamic dim is 0
+    two input axes export tied by one, or an axis export derived from others, a mask of past +
+    new tokens: a variant traced at the call's sizes; ``variants``, by the guard or the axes); and a call the general program refuses where a dynamic dim is 0
     or 1 (a broadcast, a squeeze, a branch on the size: a variant traced with those axes at
     their sizes, so it computes what torch does; ``variants``, by (input, axis, size))."""
 
@@ -73,7 +73,7 @@ class CompiledModule(Rich):
         self._kernel_builds = kernel_builds
         self._constants = tuple(constants)
         self._source = source   # (module, backend, fallback, dynamic, free spec, example
-        #                           shapes, ties); None: none (a loaded artifact)
+        #                           shapes, ties, derived axes); None: none (a loaded artifact)
         self._capture = capture   # what the capture cache did (api._capture_and_lower), the
         #   capture's path (bridge.capture: "fast" or "export: why"), what the program cache did
         self._key = _signature_key(pipeline.graph.inputs[:len(signature.inputs)])
@@ -99,7 +99,7 @@ class CompiledModule(Rich):
         key = _signature_key(ins)
         if key != self._key:
             return self._jit(ins, key)
-        module, backend, fallback, _, spec, shapes, ties = self._source
+        module, backend, fallback, _, spec, shapes, ties, derived = self._source
         static_ok = all(ins[i].shape[k] == n for i, shape in enumerate(shapes)
                         for k, n in enumerate(shape) if k not in spec.get(i, {}))
         if not static_ok or not isinstance(err, ShapeMismatch):
@@ -108,6 +108,7 @@ class CompiledModule(Rich):
                           if ins[i].shape[k] <= 1)
         broken = frozenset(t for t in ties if ins[t[0][0]].shape[t[0][1]] !=
                            ins[t[1][0]].shape[t[1][1]])
+        apart = derived_apart(derived, [t.shape for t in ins]) if derived else frozenset()
         if small:   # those axes fixed at their sizes
             side, dyn = small, {i: {k: n for k, n in axes.items() if (i, k, ins[i].shape[k])
                                     not in small} for i, axes in spec.items()}
@@ -115,6 +116,8 @@ class CompiledModule(Rich):
             side, dyn = broken, {i: dict(axes) for i, axes in spec.items()}
             for _, (i, k) in broken:
                 dyn[i][k] = f"{dyn[i][k]}_{i}_{k}"
+        elif apart:   # an axis export derived from others differs: the code's other side
+            side, dyn = apart, spec
         elif is_traced_guard(self.pipeline.graph, str(err).split(": needs")[0]):
             side, dyn = frozenset({str(err).split(": needs")[0]}), spec   # the branch's other side
         else:
@@ -292,12 +295,13 @@ def compile(module: torch.nn.Module, args: Sequence[Any] | torch.Tensor = (),
             for i, axes in cap.spec.items()}
     cm = CompiledModule(pipe, cap.signature, builds, consts,
                         (module, backend, fallback, cap.auto_spec or dynamic, free,
-                         [tuple(x.shape) for x in examples], cap.ties),
+                         [tuple(x.shape) for x in examples], cap.ties, cap.derived),
                         (cached, cap.path, "off" if pk is None else "miss"))
     if pk is not None and origin is not None:
         auto = None if cap.auto_spec is None else (dict(cap.auto_spec.names), cap.auto_spec.fixed)
-        program_cache.store(pk, cm, roots, origin, {"auto": auto, "free": free, "ties": cap.ties,
-                                                    "widened": cap.widened, "path": cap.path})
+        program_cache.store(pk, cm, roots, origin, {
+            "auto": auto, "free": free, "ties": cap.ties, "derived": cap.derived,
+            "widened": cap.widened, "path": cap.path})
     if cap.widened:   # traced at 1: the variant for the example, now
         _example_variant(cm, examples)
     return cm
@@ -338,7 +342,8 @@ def _loaded(hit: tuple, step: "_Steps", module: torch.nn.Module, args: tuple,
     cm = CompiledModule(replace(p, timings=step.timings), signature, builds,
                         _device_constants(p.graph, backend),
                         (module, backend, fallback, spec, c["free"],
-                         [tuple(x.shape) for x in examples], c["ties"]), ("hit", c["path"], "hit"))
+                         [tuple(x.shape) for x in examples], c["ties"], c["derived"]),
+                        ("hit", c["path"], "hit"))
     if c["widened"]:
         _example_variant(cm, examples)
     return cm

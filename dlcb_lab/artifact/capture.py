@@ -53,7 +53,7 @@ from ..errors import ArtifactError
 
 __all__ = ["CACHE_FORMAT", "Origin", "Uncacheable", "key", "load", "store"]
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2   # 2: the capture's derived axes
 _log = logging.getLogger(__name__)
 _DLCB_DIR = pathlib.Path(__file__).resolve().parent.parent
 _INSTALLED = tuple({os.path.realpath(p) + os.sep for p in
@@ -325,7 +325,7 @@ def load(k: str, module: nn.Module, args: tuple, kwargs: Mapping[str, Any] | Non
         auto = None if c["auto"] is None else Auto(*c["auto"])
         cap = Captured(None, c["names"], tuple(examples), c["spec"], c["pins"], c["widened"],
                        c["oblivious"], c["declared"], signature, c["ties"], c["symbols"], auto,
-                       c["path"])
+                       c["path"], c["derived"])
         fqns = {id(t): ref[1] for t, ref in zip(tensors, m["refs"]) if ref[0] == "state"}
         return cap, rec["graph"], Origin(fqns, dict(m["checks"]))
     except (ArtifactError, KeyError, IndexError, TypeError, ValueError) as err:
@@ -350,6 +350,7 @@ def store(k: str, module: nn.Module, cap, g) -> Origin | None:
     auto = None if cap.auto_spec is None else (dict(cap.auto_spec.names), cap.auto_spec.fixed)
     c = {"names": cap.names, "spec": cap.spec, "pins": cap.pins, "widened": cap.widened,
          "oblivious": cap.oblivious, "declared": cap.declared, "ties": cap.ties,
+         "derived": cap.derived,
          "symbols": cap.symbols, "auto": auto, "path": cap.path}
     table = TensorTable()
     try:

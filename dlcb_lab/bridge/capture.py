@@ -103,6 +103,9 @@ class Captured:
     symbols: dict[str, tuple[int, int]] = field(default_factory=dict)   # export symbol -> the
     auto_spec: Auto | None = None   # first input axis it sizes; the automatic spec (else None)
     path: str = "export"   # "fast" (a static export, bridge.fast), else "export: <why>"
+    derived: tuple = ()    # ((input, axis), export's expression of its size, ((symbol, (input,
+    #   axis)), ...)): axes export derived from others (a mask of past + new tokens); a call where
+    #   one differs runs a variant traced at its sizes (``derived_apart``)
 
     def fixing(self, symbols: frozenset[str]) -> Auto | None:
         """The automatic spec again with the input axes of export's ``symbols`` (and those tied
@@ -188,12 +191,16 @@ def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | 
             ep, symbolic = _export(module, examples, call, spec, widen, oblivious=False)
     sizes = [n.meta["val"].shape for n in _user_inputs(ep)]
     first: dict[str, tuple[int, int]] = {}   # export symbol -> the first input axis it sizes
-    ties = []
+    ties, derived = [], []
     for i, shape in enumerate(sizes):
         for k in sorted(symbolic[i]) if path != "fast" else ():   # static: no symbols
             j = first.setdefault(str(shape[k]), (i, k))
             if j != (i, k):
                 ties.append((j, (i, k)))
+            elif not shape[k].node.expr.is_Symbol:
+                derived.append(((i, k), shape[k].node.expr))
+    derived = [(ax, str(e), tuple((str(s), first[str(s)]) for s in sorted(e.free_symbols, key=str)))
+               for ax, e in derived if all(str(s) in first for s in e.free_symbols)]
     if auto_:
         groups = {(i, k): first.get(str(sizes[i][k]), (i, k)) if k in symbolic[i] else (i, k)
                   for i, r in enumerate(ranks) for k in range(r)}
@@ -205,7 +212,22 @@ def capture(module: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | 
                               _out_spec(ep))
     return Captured(ep, tuple(names), tuple(examples), spec, pins, bool(widen), oblivious,
                     declared_names, signature, tuple(ties), first,
-                    dynamic if isinstance(dynamic, Auto) else Auto() if auto_ else None, path)
+                    dynamic if isinstance(dynamic, Auto) else Auto() if auto_ else None, path,
+                    tuple(derived))
+
+
+def derived_apart(derived: tuple, shapes: Sequence[Sequence[int]]) -> frozenset:
+    """The entries of ``Captured.derived`` whose axis differs from export's expression at these
+    input ``shapes``: the call is on another side of the code than the trace."""
+    import sympy
+
+    out = []
+    for (i, k), expr, syms in derived:
+        value = sympy.sympify(expr).xreplace({sympy.Symbol(s): shapes[j][m]
+                                              for s, (j, m) in syms})
+        if value.is_Integer and int(value) != shapes[i][k]:
+            out.append(((i, k), expr, syms))
+    return frozenset(out)
 
 
 def _fast(module: nn.Module, examples: Sequence[torch.Tensor], call: tuple, spec: dict,

@@ -130,6 +130,10 @@ def test_a_widened_size_one_axis_never_flips_the_examples_branch():
     assert cm.stats()["compiles"] == 1, cm.stats()
     xs = mk(1, 1, 1)
     torch.testing.assert_close(dl.compile(m, xs, dynamic="auto", backend="cpu")(*xs), m(*xs))
+    for s, p in ((3, 2), (4, 3)):   # a mask shorter than past + new: export derived its length
+        short = (torch.randn(2, s, 4), torch.ones(2, p + 1), torch.randn(2, p, 4))
+        torch.testing.assert_close(cm(*short), m(*short))
+    assert cm.stats()["variants"] == 1   # the pad branch, traced once at the first such call
 
 
 def test_torch_compile_recompiles_where_dlcb_does_not():
