@@ -718,12 +718,30 @@ def test_inner_dim_zero_at_run_time(fn, w):
 
 # --- lowered refusals: pad modes, unbatched conv, pool indices, tensor narrow start ------------
 
+PAD_WIDTHS = (-4, -1, 0, 1, 4)
+"""Widths on a 5-wide axis for the regular run: a side cropped to one element, cropped by one,
+none, one, and the most reflect takes (the extent less one); circular meets its limit (a width
+equal to the cropped extent: (4, -1), (1, -4)) and passes it ((4, -4)). ``-m slow``: every width
+from -4 to 4."""
+
+
 def test_pad_modes_match_torch_edge_cases():
-    """Each mode against eager on every width pattern torch accepts on a 5-wide axis: widths up
-    to the extent, negative widths (reflect and replicate index the uncropped axis; circular
-    wraps the cropped one). Circular widths beyond the cropped extent, where torch reads memory
-    it has not written (or raises), are refused."""
-    cases = [(w0, w1) for w0 in range(-4, 5) for w1 in range(-4, 5)]
+    """Each mode against eager on every pair of ``PAD_WIDTHS`` torch accepts (the slow test below:
+    every pair of widths from -4 to 4)."""
+    check_pad_modes(PAD_WIDTHS)
+
+
+@pytest.mark.slow
+def test_pad_modes_match_torch_every_width():
+    check_pad_modes(range(-4, 5))
+
+
+def check_pad_modes(widths):
+    """Each mode against eager on every width pattern of ``widths`` torch accepts on a 5-wide axis:
+    widths up to the extent, negative widths (reflect and replicate index the uncropped axis;
+    circular wraps the cropped one). Circular widths beyond the cropped extent, where torch reads
+    memory it has not written (or raises), are refused."""
+    cases = [(w0, w1) for w0 in widths for w1 in widths]
     x = rand(2, 3, 5)
     for mode in ("reflect", "replicate", "circular"):
         fns = []

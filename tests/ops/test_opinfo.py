@@ -9,8 +9,9 @@ grown inputs the results must agree, or the compiled module refuses them by a re
 declared (``ShapeMismatch`` naming it: a slice, window or chunk count on a symbolic axis, where
 torch would clamp or vary the output count); where eager raises the compiled module must raise a
 ``dl`` error. The regular suite runs float32 on at most ``FAST_SAMPLES`` samples per op (a fixed
-pseudo-random choice; each new kernel is a numba compile); ``-m slow`` runs every sample and every
-other dtype.
+pseudo-random choice; each new kernel is a numba compile) and one 16-bit format per op on
+``REDUCED_SAMPLES`` (``_cases_16bit``: float16 and bfloat16 in turn over the ops); ``-m slow`` runs
+each op's other 16-bit format, every sample and every other dtype.
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def _cases(dtypes, marks=()):
         for dt in sorted(op.supported_dtypes("cpu") & set(dtypes), key=str):
             name = f"{op.name}.{op.variant_test_name}".rstrip(".")
             out.append(pytest.param(op, dt, id=f"{name}-{str(dt)[6:]}", marks=marks))
+    return out
+
+
+def _cases_16bit():
+    """Each op in one 16-bit format in the regular run, float16 and bfloat16 in turn over the ops
+    that take both (the format is a parameter of one path: 16-bit loads, float32 arithmetic, a
+    rounding store; both formats' conversions and roundings stay covered, each by half the ops),
+    the other format marked ``slow``. An op that takes one of them runs it."""
+    out, turn = [], 0
+    for c in _cases(REDUCED):
+        op, dt = c.values
+        both = len(set(op.supported_dtypes("cpu")) & set(REDUCED)) == 2
+        if both and dt is REDUCED[turn % 2]:
+            c = pytest.param(*c.values, id=c.id, marks=pytest.mark.slow)
+        out.append(c)
+        if both and dt is torch.float16:   # _cases sorts bfloat16 first: the op's last format
+            turn += 1
     return out
 
 
@@ -242,7 +260,7 @@ def test_opinfo_samples(op, dtype):
     _run_op(op, dtype, FAST_SAMPLES)
 
 
-@pytest.mark.parametrize("op,dtype", [c for c in _cases(REDUCED) if c.values[0].name != "to"
+@pytest.mark.parametrize("op,dtype", [c for c in _cases_16bit() if c.values[0].name != "to"
                                       and c.values[0].name not in EXT_OPS])
 def test_opinfo_samples_16bit(op, dtype):
     """(``to``'s few picked samples may all be device moves, refused on purpose: ``-m slow``.)"""
