@@ -51,7 +51,7 @@ import torch.nn as nn
 
 from ..errors import ArtifactError
 
-__all__ = ["CACHE_FORMAT", "Origin", "Uncacheable", "key", "load", "store"]
+__all__ = ["CACHE_FORMAT", "Origin", "Uncacheable", "key", "load", "open_entry", "store"]
 
 CACHE_FORMAT = 2   # 2: the capture's derived axes
 _log = logging.getLogger(__name__)
@@ -302,22 +302,18 @@ def load(k: str, module: nn.Module, args: tuple, kwargs: Mapping[str, Any] | Non
     """``(Captured, Graph, Origin)`` of entry ``k`` bound to ``module``'s tensors and this
     call's inputs, or None (no entry, a damaged one, or lowered values of other parameter
     values)."""
-    from .format import Reader, TensorTable, load_records
+    from .format import load_records
     from .signature import signature_of
     from ..bridge.capture import Auto, Captured
 
     path = _path(k)
-    if not path.exists():
-        return None
     try:
-        r = Reader(path)
-        m = r.manifest
-        state = _state(module)
-        if any(_tensor_digest(state[fqn]) != d for fqn, d in m["checks"].items()):
+        opened = open_entry(path, "capture", module)
+        if opened is None:
             return None
-        values = TensorTable.from_bytes(r.member("tensors.pt"), str(path))
-        tensors = [state[ref[1]] if ref[0] == "state" else values.get(ref[1]).to(ref[2])
-                   for ref in m["refs"]]
+        r, tensor = opened
+        m = r.manifest
+        tensors = [tensor(ref) for ref in m["refs"]]
         rec = load_records(r.member("records.pkl"), tensors.__getitem__, str(path))
         c = rec["capture"]
         signature = signature_of(m["signature"])
@@ -331,6 +327,31 @@ def load(k: str, module: nn.Module, args: tuple, kwargs: Mapping[str, Any] | Non
     except (ArtifactError, KeyError, IndexError, TypeError, ValueError) as err:
         _log.info("capture cache entry %s not used: %s", path.name, err)
         return None
+
+
+def open_entry(path: pathlib.Path, kind: str, module: nn.Module):
+    """Cache entry ``path`` of ``kind`` read and checked (the artifact container's checks): its
+    reader and the resolver of its tensor references (``["state", name]``: ``module``'s live
+    parameter or buffer; ``["value", i, device]``: a stored value); None when there is no entry
+    or a parameter a stored value was computed from differs (its digest, ``checks``). A damaged
+    entry raises (``ArtifactError``, ``KeyError``, ...)."""
+    from .format import Reader, TensorTable
+
+    if not path.exists():
+        return None
+    r = Reader(path)
+    m = r.manifest
+    if m.get("kind") != kind:
+        raise ArtifactError(f"{path.name}: a {m.get('kind')!r} entry, not {kind!r}")
+    state = _state(module)
+    if any(_tensor_digest(state[fqn]) != d for fqn, d in m["checks"].items()):
+        return None
+    values = TensorTable.from_bytes(r.member("tensors.pt"), str(path))
+
+    def tensor(ref: list) -> torch.Tensor:
+        return state[ref[1]] if ref[0] == "state" else values.get(ref[1]).to(ref[2])
+
+    return r, tensor
 
 
 def store(k: str, module: nn.Module, cap, g) -> Origin | None:

@@ -114,26 +114,18 @@ def load(k: str, module: torch.nn.Module):
     bound to ``module``'s tensors, or None (no entry, a damaged one, other parameter values under
     a computed value, a constant index out of range)."""
     from ..passes.core import replay
-    from .capture import _state, _tensor_digest
-    from .format import Reader, TensorTable, load_records
+    from .capture import open_entry
+    from .format import load_records
     from .signature import signature_of
     from .unit import load_unit
 
     path = _path(k)
-    if not path.exists():
-        return None
     try:
-        r = Reader(path)
-        m = r.manifest
-        state = _state(module)
-        if m.get("kind") != "program" or any(_tensor_digest(state[fqn]) != d
-                                             for fqn, d in m["checks"].items()):
+        opened = open_entry(path, "program", module)
+        if opened is None:
             return None
-        values = TensorTable.from_bytes(r.member("tensors.pt"), str(path))
-
-        def tensor(ref: list) -> torch.Tensor:
-            return state[ref[1]] if ref[0] == "state" else values.get(ref[1]).to(ref[2])
-
+        r, tensor = opened
+        m = r.manifest
         roots = {vid: tensor(ref) for vid, ref in m["roots"]}
         refs = m["refs"]
         p, builds = load_unit(r, m["unit"], lambda i: None if refs[i][0] == "derived" else
