@@ -33,7 +33,7 @@ import torch
 from ..errors import ArtifactError
 from ..kgen.emit import cuda_module, entry_points
 from ..kgen.entries import SUFFIXES
-from ..runtime.build import cpu_module
+from ..runtime.build import cpu_module, distinct
 from ..records import Pipeline
 from ..runtime.thunks import DynamicAOTThunk, StaticThunk, Thunk
 from .format import (ArtifactDeviceError, Reader, TensorTable, Writer, dump_records,
@@ -74,6 +74,7 @@ def save_unit(w: Writer, prefix: str, pipeline: Pipeline, tensors: TensorTable) 
         meta["entry_points"] = entry_points(bodies, meta["suffixes"])
         meta["arch"] = device_arch()
         cubins, meta["units"] = _cubins_of(thunk, prefix)
+        meta["rep"] = distinct(bodies)
         for j, (narrow, wide) in enumerate(cubins):
             w.add(f"{prefix}/kernels.{j}.cubin", narrow)
             w.add(f"{prefix}/kernels.{j}.wide.cubin", wide)
@@ -116,7 +117,7 @@ def load_unit(r: Reader, meta: dict[str, Any], tensor: Callable[[Any], Any],
         raise ArtifactError(f"{what}: this dlcb_lab emits different {backend} source for the "
                             f"saved kernels (the artifact was built by another code generator)")
     if backend == "cuda":
-        launchers, builds = _cuda_launchers(r, prefix, meta, bodies, what), 0
+        launchers, builds = _cuda_launchers(r, prefix, meta, bodies, what, emitter_checked), 0
     else:
         launchers, builds = _cpu_launchers(r, prefix, meta, bodies, source, what)
     g = p.graph
@@ -188,9 +189,11 @@ def _check_device(meta: dict, what: str) -> None:
                                   f"the module on a {here} machine)")
 
 
-def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str) -> list:
+def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str,
+                    emitter_checked: bool = False) -> list:
     """CudaLaunchers over the saved cubin, as ``runtime.build.build_kernels`` makes them (no
-    NVRTC)."""
+    NVRTC). ``emitter_checked``: the kernels of one code are those the manifest lists
+    (``rep``), not found again by emitting every kernel."""
     if not bodies:
         return []
     from ..runtime.build import cuda_launchers
@@ -207,7 +210,11 @@ def _cuda_launchers(r: Reader, prefix: str, meta: dict, bodies: list, what: str)
         raise ArtifactError(f"{what}: the manifest's kernel units do not cover its kernels")
     cubins = [(r.member(f"{prefix}/kernels.{j}.cubin"), r.member(f"{prefix}/kernels.{j}.wide.cubin"))
               for j in range(len(groups))]
-    return cuda_launchers(bodies, cubins, groups, suffixes)   # as the saved config built them
+    rep = meta.get("rep") if emitter_checked else None
+    if rep is not None and not (isinstance(rep, list) and len(rep) == len(bodies) and all(
+            type(j) is int and 0 <= j <= i and rep[j] == j for i, j in enumerate(rep))):
+        raise ArtifactError(f"{what}: the manifest's kernel representatives are malformed")
+    return cuda_launchers(bodies, cubins, groups, suffixes, rep)   # as the saved config built them
 
 
 # --- CPU (numba) -----------------------------------------------------------------------------------

@@ -145,8 +145,17 @@ def _make_caller(k: CudaKernel) -> Callable[..., None]:
     ns = dict(_NAMESPACE, _arity=arity, _load=load, _kernels=k._kernels, _get_device=_get_device,
               _raw_stream=_raw_stream, _STREAMS=_STREAMS, _current_stream=_current_stream,
               _stream_of=_stream_of, _CoreStream=_CoreStream, _launch=_launch)
-    exec(compile(src, f"<dlcb launch {k.name}>", "exec"), ns)
-    return ns["call"]
+    exec(_compiled(src), ns)
+    call = ns["call"]   # named for its kernel in tracebacks and sanitizer host frames
+    call.__code__ = call.__code__.replace(co_filename=f"<dlcb launch {k.name}>")
+    return call
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(src: str) -> Any:
+    """The code object of a caller's source: one per parameter signature (a model's hundreds of
+    entry points share a few dozen), compiled once per process."""
+    return compile(src, "<dlcb launch>", "exec")
 
 
 class _StreamHandle:
