@@ -4,7 +4,10 @@ constraints admit, compiled once (kernels built once per compile, never per call
 ``compile`` is the pipeline, one named and timed step per stage: capture (torch.export) -> lower (IR;
 constraints solved as ops are added) -> generalize (the declared dynamic dims stay free) ->
 passes -> kgen (coordinate inference) -> hostgen (host program, launch plan) -> build (kernels
-compiled, thunk assembled). The stage objects are kept in a ``records.Pipeline``."""
+compiled, thunk assembled). The stage objects are kept in a ``records.Pipeline``. A compile the
+program cache has seen (``artifact.program``: the same module, call and settings) loads the
+finished program instead, bound to the module's live weights; one the capture cache has seen
+(``artifact.capture``) skips the trace."""
 
 from __future__ import annotations
 
@@ -60,9 +63,10 @@ class CompiledModule(Rich):
     another dtype with the compile's own ``dynamic``); a call on the other side of a branch the
     module's code takes on sizes (a guard torch.export recorded, checked by the host program,
     two input axes export tied by one, or an axis export derived from others, a mask of past +
-    new tokens: a variant traced at the call's sizes; ``variants``, by the guard or the axes); and a call the general program refuses where a dynamic dim is 0
-    or 1 (a broadcast, a squeeze, a branch on the size: a variant traced with those axes at
-    their sizes, so it computes what torch does; ``variants``, by (input, axis, size))."""
+    new tokens: a variant traced at the call's sizes; ``variants``, by the guard or the axes);
+    and a call the general program refuses where a dynamic dim is 0 or 1 (a broadcast, a
+    squeeze, a branch on the size: a variant traced with those axes at their sizes, so it
+    computes what torch does; ``variants``, by (input, axis, size))."""
 
     def __init__(self, pipeline: Pipeline, signature: CallSignature, kernel_builds: int,
                  constants: Sequence[torch.Tensor] = (), source: tuple | None = None,
