@@ -63,6 +63,7 @@ class ModelSpec:
     native: int
     test_res: tuple[Res, Res]
     variants: int = 0
+    min_res: int = 1   # the smallest side it runs at (inception_v3: 75, torchvision's own)
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -110,8 +111,9 @@ def _vit_tiny() -> torch.nn.Module:
 _SMALL: tuple[Res, Res] = ((64, 80), (96, 72))
 
 
-def _cnn(name: str, native: int = 224, test_res: tuple[Res, Res] = _SMALL, **kw) -> ModelSpec:
-    return ModelSpec(name, _tv(name, **kw), CNN_DYNAMIC, native, test_res)
+def _cnn(name: str, native: int = 224, test_res: tuple[Res, Res] = _SMALL, min_res: int = 1,
+         **kw) -> ModelSpec:
+    return ModelSpec(name, _tv(name, **kw), CNN_DYNAMIC, native, test_res, min_res=min_res)
 
 
 def _fixed(name: str, build: Callable[[], torch.nn.Module], res: int) -> ModelSpec:
@@ -137,8 +139,8 @@ MODELS: dict[str, ModelSpec] = {s.name: s for s in [
     _cnn("vgg11_bn"),
     _cnn("alexnet"),
     _cnn("googlenet", aux_logits=False, init_weights=False),
-    _cnn("inception_v3", native=299, test_res=((80, 96), (112, 88)), aux_logits=False,
-         init_weights=False),
+    _cnn("inception_v3", native=299, test_res=((80, 96), (112, 88)), min_res=75,
+         aux_logits=False, init_weights=False),
     _cnn("convnext_tiny"),
     _fixed("vit_b_16", _tv("vit_b_16"), 224),
     ModelSpec("swin_t", _tv("swin_t"), CNN_DYNAMIC, 224, ((224, 192), (256, 160)), variants=1),

@@ -14,6 +14,7 @@ import statistics
 
 import pandas as pd
 import pytest
+import torch
 
 from dlcb_lab.bench import models as bm
 from dlcb_lab.bench import zoo
@@ -259,3 +260,17 @@ def test_torch_compile_phases_from_dynamo():
     assert first["phase_inductor_s"] > 0 and first["phase_dynamo_s"] > 0
     assert first["compile_s"] >= sum(first[f"phase_{k}_s"] for k in bm.TORCH_PHASES)
     assert second["recompiles"] > 0 or not [k for k in second if k.startswith("phase_")], second
+
+
+def test_a_model_runs_at_least_at_its_smallest_resolution():
+    """The CPU zoo run asks 64x64; inception_v3 cannot go below 75 (eager refuses a 3x3 kernel
+    over its 2x2 map), so it runs at 75; the others at what was asked."""
+    cfg = bm.Config(device="cpu", batches=(1, 8), res=64)
+    assert cfg.shapes("inception_v3") == [(1, None, 75), (8, None, 75)]
+    assert cfg.shapes("resnet18") == [(1, None, 64), (8, None, 64)]
+    assert bm.Config(device="cpu", batches=(1,), res=299).shapes("inception_v3") == \
+        [(1, None, 299)]
+    m = zoo.MODELS["inception_v3"].build()
+    with torch.no_grad():
+        assert m(torch.randn(1, 3, 75, 75)).shape == (1, 1000)
+
